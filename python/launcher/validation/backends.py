@@ -1,0 +1,52 @@
+"""Choose between the tools' own config classes and the shipped built-in key lists.
+
+The real classes are used when importable; ``MIFT_VALIDATE_BUILTIN=1`` (or ``builtin=True``) forces the
+built-in lists, which is how the fallback is tested without uninstalling anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import logging
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+BUILTIN_ENV = "MIFT_VALIDATE_BUILTIN"
+
+
+def builtin_forced(builtin: bool | None = None) -> bool:
+    """Return True when the built-in lists must be used (argument first, then the environment)."""
+    if builtin is not None:
+        return builtin
+    return os.environ.get(BUILTIN_ENV, "") not in ("", "0")
+
+
+def importable(module: str) -> bool:
+    """Return True when ``module`` can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def quiet_import() -> Iterator[None]:
+    """Swallow what a heavy library prints while it is imported, and keep its loggers quiet after.
+
+    DeepSpeed logs "Setting accelerator to CPU" to stdout at import; validation output must stay
+    one line per problem.
+    """
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        yield
+    for name in ("DeepSpeed", "llamafactory", "transformers"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.ERROR)
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sink:
+                handler.setStream(io.StringIO())

@@ -1,0 +1,227 @@
+"""Validate a DeepSpeed JSON config, stricter than DeepSpeed itself.
+
+DeepSpeed's pydantic sections reject unknown keys, but unknown top-level keys are silently ignored and
+the failure only shows after the model has started loading on every node. Here every unknown key is an
+error with the nearest valid key, found before anything is launched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from launcher.validation import backends, rules
+from launcher.validation.deepspeed_schema import (
+    IGNORED_TOP_LEVEL,
+    DeepSpeedSchema,
+    SectionSpec,
+    live_schema,
+    shipped_schema,
+)
+from launcher.validation.problems import ConfigKind, FileReport, Problem, Severity
+from launcher.validation.schema import check_value
+from launcher.validation.suggest import unknown_key_message
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+AUTO = "auto"
+# Keys that circulate in blog posts but were never DeepSpeed options: say so instead of guessing.
+NOT_DEEPSPEED_KEYS = {
+    "stage3_parition_grads": "not a DeepSpeed option (a typo circulating in blog posts); ZeRO-3 always "
+    "partitions gradients: remove it",
+    "stage3_partition_grads": "not a DeepSpeed option; ZeRO-3 always partitions gradients: remove it",
+}
+
+
+def _unknown(key: str, candidates: Iterable[str], what: str = "unknown key") -> str:
+    if key in NOT_DEEPSPEED_KEYS:
+        return f"{what}; {NOT_DEEPSPEED_KEYS[key]}"
+    return unknown_key_message(key, candidates, what)
+
+
+@dataclass(frozen=True)
+class DeepSpeedFacts:
+    """What the cross-field rules need to know about a DeepSpeed config.
+
+    Attributes:
+        stage: ZeRO stage (0 when there is no ``zero_optimization``).
+        offload_param: Device of ``offload_param`` (``cpu``, ``nvme``) or None.
+        offload_optimizer: Device of ``offload_optimizer`` or None.
+        fp16: ``fp16.enabled`` as written (True, False, "auto") or None.
+        bf16: ``bf16.enabled`` as written or None.
+        values: The raw top-level dict (batch sizes, clipping).
+    """
+
+    stage: int
+    offload_param: str | None
+    offload_optimizer: str | None
+    fp16: object
+    bf16: object
+    values: Mapping[str, Any]
+
+    @property
+    def summary(self) -> str:
+        """Return ``ZeRO-3 + offload`` style text for the ok line."""
+        text = f"ZeRO-{self.stage}"
+        if self.offload_param or self.offload_optimizer:
+            text += " + offload"
+        return text
+
+
+def _offload_device(zero: Mapping[str, Any], key: str) -> str | None:
+    block = zero.get(key)
+    if isinstance(block, dict):
+        device = block.get("device", "none")
+        return str(device) if device not in (None, "none") else None
+    return None
+
+
+def _enabled(block: object) -> object:
+    return block.get("enabled") if isinstance(block, dict) else None
+
+
+def deepspeed_facts(config: Mapping[str, Any]) -> DeepSpeedFacts:
+    """Extract the facts the rules use from a parsed DeepSpeed config (no validation)."""
+    zero = config.get("zero_optimization")
+    zero = zero if isinstance(zero, dict) else {}
+    stage = zero.get("stage", 0)
+    return DeepSpeedFacts(
+        stage=int(stage) if isinstance(stage, int | float) and not isinstance(stage, bool) else 0,
+        offload_param=_offload_device(zero, "offload_param"),
+        offload_optimizer=_offload_device(zero, "offload_optimizer"),
+        fp16=_enabled(config.get("fp16")),
+        bf16=_enabled(config.get("bf16", config.get("bfloat16"))),
+        values=config,
+    )
+
+
+def _check_section_builtin(
+    path: str, prefix: str, data: Mapping[str, Any], section: SectionSpec
+) -> list[Problem]:
+    problems: list[Problem] = []
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}"
+        if key not in section.fields:
+            problems.append(Problem(path, dotted, _unknown(key, section.fields), "unknown-key"))
+            continue
+        if value == AUTO:
+            continue
+        if key in section.nested and isinstance(value, dict):
+            problems.extend(_check_section_builtin(path, dotted, value, section.nested[key]))
+            continue
+        why = check_value(value, section.fields[key], lax=True)
+        if why:
+            problems.append(Problem(path, dotted, why, "value-type"))
+    return problems
+
+
+def _section_for(schema: DeepSpeedSchema, top: str, loc: tuple[str, ...]) -> SectionSpec | None:
+    section = schema.sections.get(top)
+    for part in loc:
+        if section is None:
+            return None
+        section = section.nested.get(part)
+    return section
+
+
+def _check_section_real(
+    path: str, top: str, data: Mapping[str, Any], schema: DeepSpeedSchema
+) -> list[Problem]:
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    from launcher.validation.deepspeed_schema import _strict_sections  # noqa: PLC0415
+
+    model = _strict_sections()[top]
+    try:
+        with backends.quiet_import():
+            model(**data)
+    except ValidationError as err:
+        problems = []
+        for item in err.errors():
+            loc = tuple(str(p) for p in item["loc"])
+            dotted = ".".join((top, *loc))
+            if item["type"] == "extra_forbidden":
+                parent = _section_for(schema, top, loc[:-1])
+                message = _unknown(loc[-1], parent.fields if parent else ())
+                problems.append(Problem(path, dotted, message, "unknown-key"))
+            else:
+                problems.append(Problem(path, dotted, " ".join(str(item["msg"]).split()), "value-type"))
+        return problems
+    except Exception as err:
+        return [Problem(path, top, " ".join(str(err).split()) or type(err).__name__, "value-type")]
+    return []
+
+
+def _deprecations(path: str, prefix: str, data: Mapping[str, Any], section: SectionSpec) -> list[Problem]:
+    found = []
+    for key, value in data.items():
+        if key in section.deprecated:
+            found.append(
+                Problem(path, f"{prefix}.{key}", section.deprecated[key], "deprecated", Severity.WARNING)
+            )
+        if key in section.nested and isinstance(value, dict):
+            found.extend(_deprecations(path, f"{prefix}.{key}", value, section.nested[key]))
+    return found
+
+
+def _check_top_level(path: str, config: Mapping[str, Any], schema: DeepSpeedSchema) -> list[Problem]:
+    problems = []
+    for key in config:
+        if key.startswith("_"):
+            continue  # "_comment" style keys are comments by convention
+        if key in schema.removed_top_level:
+            problems.append(Problem(path, key, schema.removed_top_level[key], "removed-key"))
+        elif key in IGNORED_TOP_LEVEL:
+            problems.append(Problem(path, key, IGNORED_TOP_LEVEL[key], "ignored-key", Severity.WARNING))
+        elif key not in schema.top_level:
+            message = _unknown(key, schema.top_level, "unknown key (DeepSpeed would silently ignore it)")
+            problems.append(Problem(path, key, message, "unknown-key"))
+    zero = config.get("zero_optimization")
+    if isinstance(zero, dict):
+        for key in zero:
+            if key in schema.removed_zero:
+                problems.append(
+                    Problem(path, f"zero_optimization.{key}", schema.removed_zero[key], "removed-key")
+                )
+    return problems
+
+
+def validate_deepspeed(config: object, path: str, *, builtin: bool | None = None) -> FileReport:
+    """Validate a parsed DeepSpeed config.
+
+    Args:
+        config: The parsed JSON.
+        path: The file name used in problems.
+        builtin: Force the shipped key lists (True) or the real DeepSpeed classes (False); None: real
+            classes when importable unless ``MIFT_VALIDATE_BUILTIN=1``.
+
+    Returns:
+        A report whose summary reads ``ZeRO-3 + offload``.
+    """
+    report = FileReport(path, ConfigKind.DEEPSPEED)
+    if not isinstance(config, dict):
+        report.problems.append(Problem(path, "(file)", "a DeepSpeed config must be a JSON object"))
+        return report
+    real = not backends.builtin_forced(builtin) and backends.importable("deepspeed")
+    schema = live_schema() if real else shipped_schema()
+    report.problems.extend(_check_top_level(path, config, schema))
+    removed_zero = set(schema.removed_zero)
+    for top, section in schema.sections.items():
+        if top not in config:
+            continue
+        data = config[top]
+        if not isinstance(data, dict):
+            report.problems.append(Problem(path, top, f"must be a mapping, got {data!r}", "value-type"))
+            continue
+        if top == "zero_optimization":
+            data = {k: v for k, v in data.items() if k not in removed_zero}
+        if real:
+            report.problems.extend(_check_section_real(path, top, data, schema))
+        else:
+            report.problems.extend(_check_section_builtin(path, top, data, section))
+        report.problems.extend(_deprecations(path, top, data, section))
+    facts = deepspeed_facts(config)
+    report.problems.extend(rules.deepspeed_rules(path, facts))
+    report.summary = facts.summary
+    return report
