@@ -1,0 +1,93 @@
+"""``plan JOB``: per-strategy memory estimates and the fastest strategy that fits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.exceptions import ConfigurationError
+from launcher.exit_codes import BAD_INPUT, OK, ExitCode
+from launcher.jobspec import load_job_spec
+from launcher.plan import SAFETY_MARGIN, make_plan, resolve_shape, workload_from_train
+from launcher.planning.memory import Cluster
+from launcher.planning.report import render
+
+# Hardware presets: GPUs per node, usable HBM per GPU (GiB), host RAM (GiB).
+PRESETS: dict[str, tuple[int, float, float]] = {
+    "mi300x": (8, 191.98, 1536.0),  # rocminfo pool 201,310,208 KB; typical 8x MI300X host RAM
+    "h200": (1, 140.4, 125.0),  # the lent H200 machine: nvidia-smi 143771 MiB, 128 GiB RAM
+}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Add the ``plan`` subcommand."""
+    p = subparsers.add_parser(
+        "plan",
+        help="estimate memory per strategy and pick the fastest that fits",
+        description="Estimate per-GPU and per-host memory of no DeepSpeed, ZeRO-2, ZeRO-3 and ZeRO-3 with "
+        "offload for a job, mark which fit with a safety margin, and pick the fastest that fits.",
+    )
+    p.add_argument("job", type=Path, help="job spec YAML")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument(
+        "--model-config", type=Path, help="the model's config.json or folder (default: from the job)"
+    )
+    p.add_argument("--hardware", choices=sorted(PRESETS), default="mi300x", help="preset (default: mi300x)")
+    p.add_argument(
+        "--facts", type=Path, help="JSON with gpus_per_node, gpu_mem_gib, host_mem_gib (from preflight)"
+    )
+    p.add_argument("--nodes", type=int, help="nodes (default: the job's host list, else 1)")
+    p.add_argument(
+        "--gpus-per-node", type=int, help="GPUs per node (default: job's nproc_per_node, facts, preset)"
+    )
+    p.add_argument("--gpu-mem-gib", type=float, help="usable memory per GPU in GiB")
+    p.add_argument("--host-mem-gib", type=float, help="RAM per host in GiB")
+    p.add_argument(
+        "--margin", type=float, default=SAFETY_MARGIN, help=f"safety margin (default {SAFETY_MARGIN})"
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def _facts(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigurationError(f"{path}: cannot read facts: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{path}: facts must be a JSON object")
+    return data
+
+
+def cluster_from(args: argparse.Namespace, hosts: str | list[str], nproc: int | None) -> Cluster:
+    """Combine flags, facts, the job spec and the preset (in that order of precedence)."""
+    gpus, gpu_mem, host_mem = PRESETS[args.hardware]
+    facts = _facts(args.facts)
+    nodes = args.nodes or (len(hosts) if isinstance(hosts, list) else 1)
+    return Cluster(
+        nodes=nodes,
+        gpus_per_node=int(args.gpus_per_node or nproc or facts.get("gpus_per_node") or gpus),
+        gpu_mem_gib=float(args.gpu_mem_gib or facts.get("gpu_mem_gib") or gpu_mem),
+        host_mem_gib=float(args.host_mem_gib or facts.get("host_mem_gib") or host_mem),
+    )
+
+
+def run(args: argparse.Namespace) -> ExitCode:
+    """Print the plan; exit 2 when no strategy fits."""
+    spec = load_job_spec(args.job)
+    try:
+        train = yaml.safe_load(spec.train_config.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigurationError(f"{spec.train_config}: cannot read training YAML: {err}") from None
+    if not isinstance(train, dict):
+        raise ConfigurationError(f"{spec.train_config}: a training YAML must be a mapping")
+    workload = workload_from_train(resolve_shape(args.model_config, train), train)
+    plan = make_plan(workload, cluster_from(args, spec.hosts, spec.nproc_per_node), args.margin)
+    print(json.dumps(plan.as_json(), indent=2) if args.json else render(plan))
+    return OK if plan.choice is not None else BAD_INPUT
