@@ -1,0 +1,6 @@
+"""STUB of torchaudio.functional (see torchaudio/__init__.py): every call raises."""
+
+
+def resample(*args: object, **kwargs: object) -> None:
+    """Raise: audio inputs are not supported with the torchaudio stub."""
+    raise RuntimeError("torchaudio stub (mift): audio inputs are not supported in this environment")

@@ -1,0 +1,100 @@
+"""Build one wheel on the builder host for the wheel_cache role (shipped and run by Ansible).
+
+Runs the optional pre-build commands, then the build command, in the source directory; writes the build's
+output to ``<workdir>/build.log``, the result to ``<workdir>/result.json`` (the task's ``creates:`` guard),
+and appends the same result as one JSON line to the host's build log. The environment (build flags) comes
+from the calling task. Exit status: 0 on success, the failing command's status otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# Environment variables recorded in the build log and result (the build flags).
+_FLAG_PREFIXES = ("DS_", "MAX_JOBS", "PYTORCH_", "GPU_", "FLASH_ATTENTION_", "CFLAGS", "ROCM_")
+
+
+def _run(argv: list[str], cwd: Path, log: Path) -> int:
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"+ {json.dumps(argv)} (cwd {cwd})\n")
+        out.flush()
+        return subprocess.run(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def main() -> int:
+    """Parse arguments, build, record the result; return the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--workdir", required=True, type=Path)
+    parser.add_argument("--srcdir", required=True, type=Path)
+    parser.add_argument("--pre-json", default="[]", help="JSON list of argv lists run in srcdir first")
+    parser.add_argument("--build-json", required=True, help="JSON argv of the build; {out} = wheel dir")
+    parser.add_argument("--host-log", required=True, type=Path)
+    args = parser.parse_args()
+
+    workdir: Path = args.workdir
+    out_dir = workdir / "dist"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = workdir / "build.log"
+    log.write_text(f"wheel_cache build of {args.name} key {args.key}\n", encoding="utf-8")
+    flags = {k: v for k, v in sorted(os.environ.items()) if k.startswith(_FLAG_PREFIXES)}
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"build flags: {json.dumps(flags)}\n")
+
+    started = time.monotonic()
+    commands: list[list[str]] = [*json.loads(args.pre_json)]
+    build = [part.replace("{out}", str(out_dir)) for part in json.loads(args.build_json)]
+    for argv in [*commands, build]:
+        status = _run(argv, args.srcdir, log)
+        if status != 0:
+            sys.stderr.write(f"build step failed with status {status}: {argv}; see {log}\n")
+            sys.stderr.write(log.read_text(encoding="utf-8")[-4000:])
+            return status
+
+    wheels = sorted(out_dir.glob("*.whl"))
+    if len(wheels) != 1:
+        sys.stderr.write(f"expected exactly one wheel in {out_dir}, found {[w.name for w in wheels]}\n")
+        return 1
+    wheel = wheels[0]
+    parts = wheel.name.split("-")
+    result = {
+        "name": args.name,
+        "key": args.key,
+        "wheel": wheel.name,
+        "dist": parts[0],
+        "version": parts[1],
+        "sha256": _sha256(wheel),
+        "size": wheel.stat().st_size,
+        "built_by": socket.gethostname(),
+        "built_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "build_seconds": round(time.monotonic() - started, 1),
+        "build_flags": flags,
+    }
+    (workdir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    args.host_log.parent.mkdir(parents=True, exist_ok=True)
+    with args.host_log.open("a", encoding="utf-8") as host_log:
+        host_log.write(json.dumps(result, sort_keys=True) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
