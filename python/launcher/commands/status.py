@@ -1,0 +1,51 @@
+"""``status [RUN]``: the state of a run (the latest by default), refreshed from the nodes while it runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from launcher.exit_codes import JOB_FAILED, OK, ExitCode
+from launcher.job import Job, is_final, launcher_alive
+from launcher.report import status_lines
+from launcher.runs import find_run
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Add the ``status`` subcommand."""
+    p = subparsers.add_parser(
+        "status",
+        help="show a run's state (latest run by default)",
+        description="Show a run's state and per-node table. While the run is active the nodes are polled; a "
+        "run nobody follows (detached, or its launcher died) is finalized here once every node has ended. "
+        "Exit code: 0 running or succeeded, 1 failed or stopped.",
+    )
+    p.add_argument("run", nargs="?", help="run id or unique prefix (default: the latest run)")
+    p.set_defaults(func=_cmd_status)
+    return p
+
+
+def _cmd_status(args: argparse.Namespace) -> ExitCode:
+    return show_status(args.run)
+
+
+def show_status(ref: str | None) -> ExitCode:
+    """Print a run's status; poll and, when nobody follows it, finalize an active run."""
+    run = find_run(ref)
+    record = run.load()
+    live = record.get("status") in ("running", "stopping") or not launcher_alive(record)
+    if not is_final(record) and record.get("hosts") and live:
+        job = Job(run, record)
+        nodes = job.poll()
+        run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
+        verdict = job.judge(nodes)
+        if verdict.state != "running" and not launcher_alive(record):
+            if verdict.state != "succeeded":
+                job.stop()
+            job.finalize(verdict.state, verdict.reason, nodes)
+        record = run.load()
+    elif not is_final(record) and not launcher_alive(record) and not record.get("hosts"):
+        run.set_status("rejected", "launcher ended before any trainer was started")
+        record = run.load()
+    sys.stdout.write("\n".join(status_lines(record, run)) + "\n")
+    return JOB_FAILED if record.get("status") in ("failed", "stopped", "rejected") else OK

@@ -1,0 +1,57 @@
+"""``stop RUN``: stop a run's trainer on every node, fetch its logs, mark it stopped."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from launcher.exit_codes import JOB_FAILED, OK, ExitCode
+from launcher.job import Job, is_final
+from launcher.report import print_summary
+from launcher.runs import find_run
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Add the ``stop`` subcommand."""
+    p = subparsers.add_parser(
+        "stop",
+        help="stop a run on every node",
+        description="SIGTERM the trainer's process group and every process of the run on every node, SIGKILL "
+        "what is left after the grace period, check nothing is left, fetch logs. Safe to repeat.",
+    )
+    p.add_argument("run", help="run id or unique prefix")
+    p.set_defaults(func=_cmd_stop)
+    return p
+
+
+def _cmd_stop(args: argparse.Namespace) -> ExitCode:
+    return stop_run(args.run)
+
+
+def stop_run(ref: str) -> ExitCode:
+    """Stop the run everywhere; exit 0 when nothing is left running on any node."""
+    run = find_run(ref)
+    record = run.load()
+    if not record.get("hosts"):
+        print(f"run {run.run_id}: no trainer was started ({record.get('status')})")
+        return OK
+    job = Job(run, record)
+    result = job.stop()
+    left = {
+        h: r.get("left")
+        for h in job.hosts
+        if isinstance(r := result.report(h, "stop"), dict) and r.get("left")
+    }
+    for host, line in result.failures.items():
+        print(f"{host}: {line}", file=sys.stderr)
+    if not is_final(record):
+        job.finalize("stopped", "stopped by `launcher stop`")
+    print_summary(run, sys.stdout)
+    if left or result.failures:
+        print(
+            f"error: processes may be left on: {', '.join(sorted({*left, *result.failures}))}",
+            file=sys.stderr,
+        )
+        return JOB_FAILED
+    print(f"stopped on {len(job.hosts)} nodes; nothing left running")
+    return OK

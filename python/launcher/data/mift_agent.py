@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""Node agent of the launcher: start, report on and stop one trainer in a node run directory.
+
+Standard library only: the preflight playbook copies this file into ``/var/lib/mift/runs/<run_id>/`` and the
+playbooks run it with the system ``python3``. The run directory holds, written by the launch playbook:
+
+* ``job.json``  -- ``{"run_id", "argv", "output_dir", "expect_outputs", "node_rank"}`` (no secrets)
+* ``env.json``  -- the trainer's extra environment, mode 0600 (may hold secrets)
+
+and, written by this agent:
+
+* ``trainer.pid`` -- the trainer's pid (= its process group id)
+* ``trainer.log`` -- stdout and stderr of the trainer
+* ``state.json``  -- ``{"state", "pid", "supervisor_pid", "started_at", "ended_at", "rc"}``
+* ``rc``          -- the trainer's exit status once it ended
+* ``stop_requested`` -- present once ``stop`` was asked for
+
+Commands (each prints one JSON object on stdout):
+
+* ``start RUN_DIR``  -- double-fork a supervisor that runs the trainer in its own session and process group,
+  wait until the trainer is running, return. The supervisor survives the ssh session and records the exit
+  status.
+* ``status RUN_DIR`` -- state, liveness, rc, the last trainer_log.jsonl entry, which expected outputs exist.
+* ``stop RUN_DIR [--grace S]`` -- SIGTERM the trainer's process group and every process carrying the run's
+  marker in its environment, SIGKILL what is left after the grace period, check that nothing is left.
+  Idempotent.
+
+Every process of a run carries ``MIFT_AGENT_KEY=<run_id>@<run_dir>`` in its environment; ``torchrun`` puts its
+workers in new sessions, so the marker (not the process group) is what finds all of them. The key holds the
+run directory so that two nodes sharing one machine (local tests) never touch each other's processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MARKER = "MIFT_AGENT_KEY"
+STATE_FILE = "state.json"
+LOG_TAIL_BYTES = 4096
+# printed by a ZeRO-3 rank on CPU when a gloo thread races interpreter teardown after training finished
+TEARDOWN_ABORT = "terminate called without an active exception"
+WORLD_SIZE_RE = re.compile(r"world size: (\d+)")
+JOINED_RE = re.compile(r"Process rank: (\d+), world size: (\d+)")
+
+
+def _now() -> float:
+    return round(time.time(), 3)
+
+
+def _write_json(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+    tmp.replace(path)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _alive(pid: int | None) -> bool:
+    """Return True when ``pid`` exists and is not a zombie."""
+    if not pid:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def agent_key(run_id: str, run_dir: Path) -> str:
+    """Return the marker value of this node's processes of a run."""
+    return f"{run_id}@{run_dir}"
+
+
+def marked_pids(key: str) -> list[int]:
+    """Return the live processes whose environment carries the marker ``key``."""
+    needle = f"{MARKER}={key}".encode()
+    found = []
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in env.split(b"\0") and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def _signal_all(pgid: int | None, key: str, sig: int) -> None:
+    if pgid:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    for pid in marked_pids(key):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def sweep(pgid: int | None, key: str, grace: float) -> list[int]:
+    """SIGTERM everything of the run, SIGKILL what is left after ``grace`` s; return pids still alive."""
+    _signal_all(pgid, key, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not marked_pids(key) and not (pgid and _alive(pgid)):
+            return []
+        time.sleep(0.2)
+    _signal_all(pgid, key, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = marked_pids(key)
+        if not left:
+            return []
+        time.sleep(0.2)
+    return marked_pids(key)
+
+
+def _trainer_env(run_dir: Path, run_id: str) -> dict[str, str]:
+    extra = _read_json(run_dir / "env.json")
+    env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME")}
+    env.setdefault("HOME", "/root")
+    env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update({str(k): str(v) for k, v in extra.items()})
+    env[MARKER] = agent_key(run_id, run_dir)
+    return env
+
+
+def _supervise(run_dir: Path, job: dict[str, Any], grace: float) -> None:
+    """Run in the detached supervisor: start the trainer, wait for it, record how it ended."""
+    run_id = str(job["run_id"])
+    env = _trainer_env(run_dir, run_id)
+    argv = [str(a) for a in job["argv"]]
+    venv_bin = str(Path(argv[0]).parent)
+    env["PATH"] = venv_bin + os.pathsep + env["PATH"]  # llamafactory-cli runs `torchrun` by name
+    log = (run_dir / "trainer.log").open("ab")
+    started = _now()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=run_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as err:
+        log.write(f"mift_agent: cannot start {argv[0]}: {err}\n".encode())
+        log.close()
+        (run_dir / "rc").write_text("127\n")
+        _write_json(
+            run_dir / STATE_FILE,
+            {
+                "state": "exited",
+                "rc": 127,
+                "pid": None,
+                "supervisor_pid": os.getpid(),
+                "started_at": started,
+                "ended_at": _now(),
+            },
+        )
+        return
+    (run_dir / "trainer.pid").write_text(f"{proc.pid}\n")
+    state = {
+        "state": "running",
+        "pid": proc.pid,
+        "supervisor_pid": os.getpid(),
+        "started_at": started,
+        "ended_at": None,
+        "rc": None,
+    }
+    _write_json(run_dir / STATE_FILE, state)
+    rc = proc.wait()
+    # a trainer killed from outside leaves torchrun's workers (own sessions) behind: sweep them
+    left = sweep(proc.pid, agent_key(run_id, run_dir), grace)
+    log.close()
+    (run_dir / "rc").write_text(f"{rc}\n")
+    stopped = (run_dir / "stop_requested").exists()
+    state.update({"state": "stopped" if stopped else "exited", "rc": rc, "ended_at": _now(), "left": left})
+    _write_json(run_dir / STATE_FILE, state)
+
+
+def unpack_bundle(run_dir: Path) -> None:
+    """Write the files of ``bundle.json`` (one copy per node) into the run dir, then delete it.
+
+    The bundle is ``{"files": {name: text}, "job": {...}, "env": {...}}``; every file is written 0600.
+    """
+    bundle_path = run_dir / "bundle.json"
+    bundle = _read_json(bundle_path)
+    if not bundle:
+        return
+    for name, text in dict(bundle.get("files", {})).items():
+        target = run_dir / Path(str(name)).name  # plain names only, never a path out of the run dir
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(text))
+    _write_json(run_dir / "job.json", dict(bundle.get("job", {})), 0o600)
+    _write_json(run_dir / "env.json", dict(bundle.get("env", {})), 0o600)
+    bundle_path.unlink()
+
+
+def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
+    """Start the trainer through a detached supervisor; return once it runs (or ended)."""
+    unpack_bundle(run_dir)
+    job = _read_json(run_dir / "job.json")
+    if not job.get("argv") or not job.get("run_id"):
+        return {"ok": False, "error": f"{run_dir}/job.json: missing argv or run_id"}
+    state = _read_json(run_dir / STATE_FILE)
+    if state.get("state") in ("running", "starting") and _alive(state.get("supervisor_pid")):
+        return {"ok": True, "changed": False, **state}
+    for name in (STATE_FILE, "rc", "trainer.pid", "stop_requested"):
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / name).unlink()
+    _write_json(run_dir / STATE_FILE, {"state": "starting", "started_at": _now()})
+    pid = os.fork()
+    if pid == 0:  # first child: new session, fork again so the supervisor is no session leader
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        try:
+            _supervise(run_dir, job, grace)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        state = _read_json(run_dir / STATE_FILE)
+        if state.get("state") not in (None, "starting"):
+            break
+        time.sleep(0.05)
+    return {"ok": state.get("state") in ("running", "exited"), "changed": True, **state}
+
+
+def _last_jsonl(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 8192))
+            lines = fh.read().splitlines()
+    except OSError:
+        return {}
+    last: dict[str, Any] = {}
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        if not last:
+            last = entry
+        if "loss" in entry:  # the final line of a run has no loss: show the last one logged
+            return {**entry, **last} if "loss" in last else {**last, "loss": entry["loss"]}
+    return last
+
+
+def _log_facts(log: Path) -> dict[str, Any]:
+    """Return what the trainer log says: ranks that joined, world size, a teardown abort, the last lines."""
+    try:
+        text = log.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return {"ranks_joined": [], "world_size": None, "teardown_abort": False, "log_tail": ""}
+    joined = sorted({int(m.group(1)) for m in JOINED_RE.finditer(text)})
+    sizes = [int(m) for m in WORLD_SIZE_RE.findall(text)]
+    return {
+        "ranks_joined": joined,
+        "world_size": sizes[-1] if sizes else None,
+        "teardown_abort": TEARDOWN_ABORT in text,
+        "log_tail": "\n".join(text[-LOG_TAIL_BYTES:].splitlines()[-8:]),
+    }
+
+
+def cmd_status(run_dir: Path) -> dict[str, Any]:
+    """Report the node's view of the run."""
+    job = _read_json(run_dir / "job.json")
+    state = _read_json(run_dir / STATE_FILE)
+    name = state.get("state", "absent")
+    trainer_alive = _alive(state.get("pid"))
+    supervisor_alive = _alive(state.get("supervisor_pid"))
+    if name == "running" and not supervisor_alive:
+        name = "running" if trainer_alive else "vanished"
+    if name == "starting" and time.time() - float(state.get("started_at") or 0) > 60:
+        name = "vanished"
+    output_dir = run_dir / str(job.get("output_dir", "output"))
+    expect = [str(e) for e in job.get("expect_outputs", [])]
+    outputs = {e: (output_dir / e).exists() for e in expect}
+    rc = state.get("rc")
+    if name == "exited":
+        name = "finished" if rc == 0 else "failed"
+    return {
+        "run_id": job.get("run_id"),
+        "node_rank": job.get("node_rank"),
+        "state": name,
+        "rc": rc,
+        "pid": state.get("pid"),
+        "trainer_alive": trainer_alive,
+        "started_at": state.get("started_at"),
+        "ended_at": state.get("ended_at"),
+        "last_log": _last_jsonl(output_dir / "trainer_log.jsonl"),
+        "outputs": outputs,
+        "outputs_complete": bool(expect) and all(outputs.values()),
+        "output_dir": str(output_dir),
+        "processes": len(marked_pids(agent_key(str(job["run_id"]), run_dir))) if job.get("run_id") else 0,
+        **_log_facts(run_dir / "trainer.log"),
+    }
+
+
+def cmd_stop(run_dir: Path, grace: float) -> dict[str, Any]:
+    """Stop every process of the run on this node; safe to call again."""
+    job = _read_json(run_dir / "job.json")
+    run_id = str(job.get("run_id") or "")
+    if not run_id:
+        return {"ok": True, "changed": False, "left": [], "note": "no job here"}
+    state = _read_json(run_dir / STATE_FILE)
+    key = agent_key(run_id, run_dir)
+    before = marked_pids(key)
+    pgid = state.get("pid")
+    running = bool(before) or _alive(pgid)
+    if running:
+        (run_dir / "stop_requested").write_text(f"{_now()}\n")
+    left = sweep(pgid if _alive(pgid) else None, key, grace) if running else []
+    # wait for the supervisor to record the end, so status reads "stopped" right after
+    deadline = time.monotonic() + 5
+    while running and time.monotonic() < deadline and _alive(state.get("supervisor_pid")):
+        time.sleep(0.1)
+    state = _read_json(run_dir / STATE_FILE)
+    if state.get("state") in ("running", "starting"):  # the supervisor is gone too: record it here
+        state.update({"state": "stopped", "ended_at": _now(), "rc": state.get("rc")})
+        _write_json(run_dir / STATE_FILE, state)
+    return {"ok": not left, "changed": running, "killed": before, "left": left, "state": state.get("state")}
+
+
+def _free_bytes(path: Path) -> int:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("0.0.0.0", port))  # noqa: S104 - the master listens on every address
+        except OSError:
+            return False
+    return True
+
+
+def cmd_facts(path: Path, port: int | None, venv: Path) -> dict[str, Any]:
+    """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point."""
+    cli = venv / "bin" / "llamafactory-cli"
+    return {
+        "ok": True,
+        "hostname": socket.gethostname(),
+        "free_bytes": _free_bytes(path),
+        "port": port,
+        "port_free": _port_free(port) if port else None,
+        "trainer_cli": str(cli),
+        "trainer_cli_found": os.access(cli, os.X_OK),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "mem_total_bytes": _mem_total(),
+    }
+
+
+def _mem_total() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, run the command, print its JSON result."""
+    parser = argparse.ArgumentParser(prog="mift_agent.py", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("start", "status", "stop", "facts"))
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument(
+        "--wait", type=float, default=30.0, help="start: seconds to wait for the trainer to run"
+    )
+    parser.add_argument("--port", type=int, default=0, help="facts: TCP port that must be free")
+    parser.add_argument("--path", type=Path, default=Path("/"), help="facts: where outputs will be written")
+    parser.add_argument("--venv", type=Path, default=Path("/opt/mift/venv"), help="facts: the node venv")
+    args = parser.parse_args(argv)
+    if args.command == "facts":  # relative paths are inside the node run directory
+        print(json.dumps(cmd_facts(args.run_dir / args.path, args.port or None, args.venv)))
+        return 0
+    run_dir: Path = args.run_dir.resolve()
+    if not run_dir.is_dir():
+        print(json.dumps({"ok": False, "state": "absent", "error": f"{run_dir}: no such run directory"}))
+        return 0 if args.command != "start" else 1
+    if args.command == "start":
+        result = cmd_start(run_dir, args.grace, args.wait)
+    elif args.command == "status":
+        result = {"ok": True, **cmd_status(run_dir)}
+    else:
+        result = cmd_stop(run_dir, args.grace)
+    print(json.dumps(result))
+    return 0 if result.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

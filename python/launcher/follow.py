@@ -1,0 +1,114 @@
+"""Follow a started job: poll every node, show a live table, end on the first failure or Ctrl-C."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+from launcher.job import Verdict
+
+if TYPE_CHECKING:
+    import threading
+
+    from launcher.job import Job
+
+COLUMNS = ("HOST", "RANK", "STATE", "STEP", "LOSS", "TOK/S", "ELAPSED", "ETA")
+
+
+def _fmt(value: object, spec: str = "") -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float) and spec:
+        return format(value, spec)
+    return str(value)
+
+
+def node_row(host: str, rank: int, node: dict[str, Any]) -> tuple[str, ...]:
+    """Return one table row for a node's agent status."""
+    last = node.get("last_log") or {}
+    step = f"{last['current_steps']}/{last.get('total_steps', '?')}" if "current_steps" in last else "-"
+    state = str(node.get("state", "?"))
+    if state == "failed" and node.get("rc") is not None:
+        state = f"failed({node['rc']})"
+    return (
+        host,
+        str(rank),
+        state,
+        step,
+        _fmt(last.get("loss"), ".4f"),
+        _fmt(last.get("throughput"), ".1f"),
+        _fmt(last.get("elapsed_time")),
+        _fmt(last.get("remaining_time")),
+    )
+
+
+def render_table(hosts: list[str], nodes: dict[str, dict[str, Any]]) -> list[str]:
+    """Return the lines of the node table (header first)."""
+    rows = [COLUMNS] + [node_row(h, i, nodes.get(h, {})) for i, h in enumerate(hosts)]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(COLUMNS))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+class LiveView:
+    """Redraws the table in place on a terminal; prints only changed rows otherwise (logs, CI)."""
+
+    def __init__(self, run_id: str, out: IO[str] | None = None) -> None:
+        self.out = out or sys.stdout
+        self.run_id = run_id
+        self.tty = self.out.isatty()
+        self._drawn = 0
+        self._last: list[str] = []
+        self._t0 = time.monotonic()
+
+    def show(self, hosts: list[str], nodes: dict[str, dict[str, Any]], verdict: Verdict) -> None:
+        """Show one poll's table."""
+        elapsed = int(time.monotonic() - self._t0)
+        title = f"run {self.run_id}  {verdict.state}  {elapsed // 60:02d}:{elapsed % 60:02d}"
+        lines = render_table(hosts, nodes)
+        if self.tty:
+            if self._drawn:
+                self.out.write(f"\x1b[{self._drawn}F\x1b[J")
+            self.out.write("\n".join([title, *lines]) + "\n")
+            self._drawn = len(lines) + 1
+        else:
+            if not self._last:
+                self.out.write(lines[0] + "\n")
+            for old, new in zip([*self._last[1:], *([""] * len(lines))], lines[1:], strict=False):
+                if old != new:
+                    self.out.write(new + "\n")
+            self._last = lines
+        self.out.flush()
+
+
+def follow(
+    job: Job,
+    *,
+    interrupted: threading.Event,
+    poll_interval_s: float,
+    job_timeout_s: int = 0,
+    out: IO[str] | None = None,
+) -> tuple[Verdict, dict[str, dict[str, Any]]]:
+    """Poll until the job ends, fails or is interrupted; return the verdict and the last node states.
+
+    Stopping and collecting is left to the caller, which owns the run record.
+    """
+    view = LiveView(job.run.run_id, out)
+    started = time.monotonic()
+    nodes: dict[str, dict[str, Any]] = {}
+    while True:
+        if interrupted.is_set():
+            return Verdict("stopped", "interrupted (Ctrl-C)"), nodes
+        t0 = time.monotonic()
+        polled = job.poll()
+        if interrupted.is_set():
+            return Verdict("stopped", "interrupted (Ctrl-C)"), nodes or polled
+        nodes = polled
+        verdict = job.judge(nodes)
+        view.show(job.hosts, nodes, verdict)
+        job.run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
+        if verdict.state != "running":
+            return verdict, nodes
+        if job_timeout_s and time.monotonic() - started > job_timeout_s:
+            return Verdict("failed", f"job_s timeout of {job_timeout_s} s reached"), nodes
+        interrupted.wait(max(0.0, poll_interval_s - (time.monotonic() - t0)))

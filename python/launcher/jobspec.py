@@ -1,0 +1,162 @@
+"""The job spec: one YAML file that says what to train, with which DeepSpeed config, where and how.
+
+Unknown keys are rejected and the nearest valid key is suggested. Paths to the training YAML and the DeepSpeed
+JSON are controller paths, relative to the job spec file; everything inside the training YAML (model, dataset
+dir) is a path on the nodes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from launcher.exceptions import ConfigurationError
+
+SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# set by the launcher for every node; a job spec may not override them
+RESERVED_ENV = frozenset(
+    {"NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "FORCE_TORCHRUN", "MIFT_RUN_ID"}
+)
+MASK = "***"
+
+Port = Annotated[int, Field(ge=1024, le=65535)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(_Strict):
+    """Deadlines of the launcher's steps, in seconds."""
+
+    start_s: Annotated[int, Field(gt=0)] = 180
+    stop_grace_s: Annotated[int, Field(gt=0, le=20)] = 8
+    job_s: Annotated[int, Field(ge=0)] = 0  # 0: no limit on the whole job
+    teardown_grace_s: Annotated[int, Field(ge=0, le=20)] = 10
+
+
+class JobSpec(_Strict):
+    """A multi-node LLaMA-Factory training job."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
+    train_config: Path
+    deepspeed: Literal["auto", "none"] | Path = "none"
+    hosts: str | list[str] = "trainers"
+    nproc_per_node: Annotated[int, Field(gt=0)] | None = None
+    master_addr: str | None = None
+    master_port: Port = 29500
+    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    # node path; relative paths are inside the node run directory /var/lib/mift/runs/<run_id>/
+    output_dir: str = "output"
+    resume: bool | str = False
+    poll_interval_s: Annotated[float, Field(ge=0.5, le=60)] = 2.0
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    node_venv: str = "/opt/mift/venv"
+    min_free_disk_gb: Annotated[float, Field(ge=0)] = 1.0
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not ENV_NAME_RE.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key in RESERVED_ENV:
+                raise ValueError(f"{key} is set by the launcher; use the job spec field instead")
+        return value
+
+    @field_validator("node_venv")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must be an absolute path on the nodes")
+        return value
+
+    @property
+    def host_pattern(self) -> str:
+        """Return the Ansible host pattern of the job's nodes (order kept)."""
+        return self.hosts if isinstance(self.hosts, str) else ",".join(self.hosts)
+
+    def env_strings(self) -> dict[str, str]:
+        """Return the extra environment with every value as the string the trainer will see."""
+        out = {}
+        for key, value in self.env.items():
+            out[key] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        return out
+
+
+def is_secret(name: str) -> bool:
+    """Return True for environment names that must never be written in clear."""
+    return bool(SECRET_RE.search(name))
+
+
+def mask_env(env: dict[str, str]) -> dict[str, str]:
+    """Return ``env`` with secret values replaced by a mask."""
+    return {k: (MASK if is_secret(k) else v) for k, v in env.items()}
+
+
+def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """Return the valid keys at ``loc``'s parent (for suggestions)."""
+    current: type[BaseModel] = model
+    for part in loc[:-1]:
+        info = current.model_fields.get(str(part))
+        ann = info.annotation if info else None
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            current = ann
+        else:
+            return []
+    return list(current.model_fields)
+
+
+def _format_errors(source: Path, err: ValidationError) -> str:
+    lines = []
+    for item in err.errors():
+        loc = tuple(item["loc"])
+        dotted = ".".join(str(p) for p in loc) or "(top)"
+        if item["type"] == "extra_forbidden":
+            key = str(loc[-1])
+            near = difflib.get_close_matches(key, _field_names(JobSpec, loc), n=1, cutoff=0.5)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            lines.append(f"{source}: {dotted}: unknown key{hint}")
+        elif item["type"] == "missing":
+            lines.append(f"{source}: {dotted}: required key missing")
+        else:
+            lines.append(f"{source}: {dotted}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def parse_job_spec(data: object, source: Path) -> JobSpec:
+    """Validate ``data`` (parsed YAML) as a job spec; relative paths are taken from ``source``'s folder."""
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{source}: a job spec must be a mapping of keys to values")
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as err:
+        raise ConfigurationError(_format_errors(source, err)) from None
+    base = source.parent
+    updates: dict[str, Any] = {"train_config": (base / spec.train_config).resolve()}
+    if isinstance(spec.deepspeed, Path):
+        updates["deepspeed"] = (base / spec.deepspeed).resolve()
+    return spec.model_copy(update=updates)
+
+
+def load_job_spec(path: Path) -> JobSpec:
+    """Read and validate a job spec file; every problem raises :class:`ConfigurationError`."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigurationError(f"{path}: cannot read job spec: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigurationError(f"{path}: not valid YAML: {err}") from None
+    spec = parse_job_spec(data, path)
+    for label, target in (("train_config", spec.train_config), ("deepspeed", spec.deepspeed)):
+        if isinstance(target, Path) and not target.is_file():
+            raise ConfigurationError(f"{path}: {label}: {target}: no such file")
+    return spec

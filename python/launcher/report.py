@@ -1,0 +1,58 @@
+"""What the commands print about a run: the end-of-run summary and the status block."""
+
+from __future__ import annotations
+
+import time
+from typing import IO, TYPE_CHECKING, Any
+
+from launcher.follow import render_table
+
+if TYPE_CHECKING:
+    from launcher.runs import RunDir
+
+
+def _num(value: object, spec: str) -> str:
+    return format(value, spec) if isinstance(value, int | float) else "-"
+
+
+def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
+    """Return the summary of a finished run."""
+    summary = record.get("summary") or {}
+    lines = [
+        f"run {record['run_id']}: {record.get('status')}"
+        + (f" ({record['result_reason']})" if record.get("result_reason") else ""),
+        f"  nodes       {', '.join(record.get('hosts', []))}  (world size {summary.get('world_size', '-')})",
+        f"  steps       {summary.get('steps', '-')}/{summary.get('total_steps', '-')}",
+        f"  final loss  {_num(summary.get('final_loss'), '.4f')}"
+        f"  (train_loss {_num(summary.get('train_loss'), '.4f')})",
+        f"  runtime     {_num(summary.get('train_runtime'), '.1f')} s"
+        f"   tokens/s {_num(summary.get('tokens_per_s'), '.1f')}",
+    ]
+    for host, path in (summary.get("adapter_dirs") or {}).items():
+        lines.append(f"  adapter     {host}:{path}")
+    lines.extend(f"  note        {note}" for note in summary.get("notes") or [])
+    if summary.get("loss_png"):
+        lines.append(f"  loss plot   {run.path / 'loss.png'}")
+    lines.append(f"  run dir     {run.path}  (node logs in nodes/<host>/trainer.log)")
+    return lines
+
+
+def print_summary(run: RunDir, out: IO[str]) -> None:
+    """Print the summary of a finished run."""
+    out.write("\n".join(summary_lines(run.load(), run)) + "\n")
+    out.flush()
+
+
+def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
+    """Return the status block of a run: state, timeline and the node table."""
+    created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(record.get("created_at", 0))))
+    lines = [f"run {record['run_id']}  {record.get('status')}  created {created}"]
+    if record.get("result_reason"):
+        lines.append(f"  reason: {record['result_reason']}")
+    hosts = record.get("hosts") or []
+    nodes = record.get("nodes") or {}
+    if hosts:
+        lines.extend("  " + line for line in render_table(hosts, nodes))
+    if record.get("summary"):
+        lines.extend(summary_lines(record, run)[1:])
+    return lines

@@ -1,0 +1,216 @@
+"""The one wrapper around ansible-runner: every playbook of the launcher runs through it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ansible_runner
+
+from launcher.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+LOG = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK_DIR = REPO_ROOT / "playbooks"
+ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
+# ansible-runner runs `ansible-playbook` from PATH; these are passed through to it as they are
+PASS_THROUGH_ENV = ("ANSIBLE_PRIVATE_KEY_FILE", "ANSIBLE_SSH_ARGS", "ANSIBLE_REMOTE_USER", "SSH_AUTH_SOCK")
+KEEP_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "playbook_on_stats")
+# events carry the registered results the launcher reads; only these task name prefixes are kept in memory
+RESULT_TASK_PREFIX = "Report "
+
+
+@dataclass
+class PlaybookResult:
+    """What one playbook run produced: rc, status, per-host stats, failures and reported results."""
+
+    playbook: str
+    rc: int
+    status: str
+    stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    # host -> task name (less the "Report " prefix) -> its result (``msg`` of debug, or parsed stdout)
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # host -> one line saying what failed (unreachable or a failed task)
+    failures: dict[str, str] = field(default_factory=dict)
+    unreachable: list[str] = field(default_factory=list)
+    artifact_dir: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Return True when the playbook succeeded on every host."""
+        return self.rc == 0 and not self.failures
+
+    def report(self, host: str, name: str) -> Any:  # noqa: ANN401 - JSON from the nodes
+        """Return the result a host reported for task ``Report <name>``, or None."""
+        return self.reports.get(host, {}).get(name)
+
+
+def _result_of(res: Mapping[str, Any]) -> Any:  # noqa: ANN401 - JSON from the nodes
+    if "msg" in res and "stdout" not in res:
+        return res["msg"]
+    stdout = res.get("stdout", "")
+    try:
+        return json.loads(stdout)
+    except (TypeError, ValueError):
+        return {"stdout": stdout, "rc": res.get("rc")}
+
+
+def _failure_line(res: Mapping[str, Any], task: str) -> str:
+    msg = str(res.get("msg") or "").strip()
+    stderr = str(res.get("stderr") or "").strip()
+    detail = msg if msg and msg != "non-zero return code" else stderr.splitlines()[-1] if stderr else msg
+    return f"{task}: {detail}" if detail else task
+
+
+class PlaybookRunner:
+    """Run the repo's playbooks against one inventory, with artifacts under one private data dir.
+
+    Args:
+        private_data_dir: ansible-runner's private data dir (inside the run directory); created if missing.
+        inventory: the user's inventory, or None for the ``ansible.cfg`` default.
+        idle_timeout: seconds without output after which a playbook is stopped.
+        job_timeout: seconds after which a playbook is stopped.
+    """
+
+    def __init__(
+        self,
+        private_data_dir: Path,
+        *,
+        inventory: Path | None = None,
+        idle_timeout: int = 300,
+        job_timeout: int = 1800,
+    ) -> None:
+        self.private_data_dir = private_data_dir
+        self.inventory = inventory
+        self.cancel_requested = threading.Event()
+        self._seq = 0
+        self.last_status = ""
+        private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        env_dir = private_data_dir / "env"
+        env_dir.mkdir(exist_ok=True)
+        (env_dir / "settings").write_text(
+            json.dumps(
+                {"idle_timeout": idle_timeout, "job_timeout": job_timeout, "suppress_ansible_output": True}
+            )
+        )
+        if inventory is not None and not inventory.exists():
+            raise ConfigurationError(f"{inventory}: inventory not found")
+        self._envvars = self._build_envvars()
+        self._base_args: dict[str, Any] = {
+            "private_data_dir": str(private_data_dir),
+            "quiet": True,
+            "json_mode": False,
+            "envvars": self._envvars,
+            "finished_callback": self._finished,
+            "suppress_env_files": False,
+        }
+        if inventory is not None:
+            self._base_args["inventory"] = str(inventory)
+
+    @staticmethod
+    def _build_envvars() -> dict[str, str]:
+        venv_bin = str(Path(sys.executable).parent)
+        path = os.environ.get("PATH", "/usr/bin:/bin")
+        if venv_bin not in path.split(os.pathsep):
+            path = venv_bin + os.pathsep + path
+        if not (Path(venv_bin) / "ansible-playbook").exists() and not shutil.which(
+            "ansible-playbook", path=path
+        ):
+            raise ConfigurationError("ansible-playbook not found: activate the project venv (.venv)")
+        env = {
+            "PATH": path,
+            "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+            "ANSIBLE_HOME": str(REPO_ROOT / ".ansible"),
+            "ANSIBLE_LOCAL_TEMP": str(REPO_ROOT / ".ansible" / "tmp"),
+            # ansible.cfg's relative control_path_dir would land in the private data dir
+            # (ansible-runner's cwd), whose path is too long for an ssh ControlPath socket
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(REPO_ROOT / ".ansible" / "cp"),
+            "ANSIBLE_NOCOLOR": "1",
+        }
+        env.update({k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ})
+        return env
+
+    def _finished(self, runner: Any) -> None:  # noqa: ANN401 - ansible_runner.Runner
+        self.last_status = str(getattr(runner, "status", ""))
+
+    def run(
+        self,
+        playbook: str,
+        extravars: Mapping[str, Any],
+        *,
+        limit: str | None = None,
+        cancellable: bool = True,
+        keep_events: bool = True,
+        ident: str | None = None,
+        timeout: int | None = None,
+    ) -> PlaybookResult:
+        """Run ``playbooks/<playbook>.yml`` with ``extravars`` (passed as data, never as a string).
+
+        Args:
+            playbook: playbook name under ``playbooks/`` without ``.yml``.
+            extravars: variables for the playbook.
+            limit: Ansible ``--limit`` pattern.
+            cancellable: :attr:`cancel_requested` stops the playbook (Ctrl-C); cleanup runs pass False.
+            keep_events: write job events to the artifacts dir (off for frequent polls).
+            ident: artifacts sub-directory name; a fresh numbered one by default. An existing one is replaced.
+            timeout: job timeout for this run, in seconds.
+        """
+        self._seq += 1
+        ident = ident or f"{self._seq:03d}-{playbook}"
+        artifact = self.private_data_dir / "artifacts" / ident
+        if artifact.exists():
+            shutil.rmtree(artifact)
+        result = PlaybookResult(playbook=playbook, rc=-1, status="unstarted", artifact_dir=str(artifact))
+
+        def on_event(event: dict[str, Any]) -> bool:
+            kind = event.get("event")
+            if kind in KEEP_EVENTS:
+                self._collect(result, event)
+            return keep_events
+
+        args = dict(self._base_args)
+        args.update(
+            playbook=str(PLAYBOOK_DIR / f"{playbook}.yml"),
+            ident=ident,
+            extravars=dict(extravars),
+            event_handler=on_event,
+            cancel_callback=(self.cancel_requested.is_set if cancellable else (lambda: False)),
+        )
+        if limit:
+            args["limit"] = limit
+        if timeout:
+            args["timeout"] = timeout
+        LOG.debug("ansible-runner: %s ident=%s", playbook, ident)
+        runner = ansible_runner.run(**args)
+        result.rc = int(runner.rc) if runner.rc is not None else -1
+        result.status = str(runner.status)
+        result.stats = {k: v for k, v in (runner.stats or {}).items() if isinstance(v, dict)}
+        if result.status == "failed" and result.rc == 0:
+            result.rc = 1
+        return result
+
+    @staticmethod
+    def _collect(result: PlaybookResult, event: dict[str, Any]) -> None:
+        data = event.get("event_data", {})
+        host = str(data.get("host", ""))
+        task = str(data.get("task", ""))
+        res = data.get("res") or {}
+        kind = event["event"]
+        if kind == "runner_on_unreachable":
+            result.unreachable.append(host)
+            result.failures[host] = f"unreachable: {str(res.get('msg', '')).strip()}"
+        elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+            result.failures.setdefault(host, _failure_line(res, task))
+        if task.startswith(RESULT_TASK_PREFIX) and kind in ("runner_on_ok", "runner_on_failed"):
+            result.reports.setdefault(host, {})[task.removeprefix(RESULT_TASK_PREFIX)] = _result_of(res)

@@ -1,0 +1,145 @@
+"""The controller run directory ``runs/<run_id>/``: run record, ansible artifacts, node logs, metrics.
+
+Everything ``status``, ``logs``, ``stop`` and ``list`` need is in here, so they work after the launcher died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.exceptions import ConfigurationError
+from launcher.runner import REPO_ROOT
+
+RECORD = "record.json"
+ACTIVE_STATES = ("created", "preflight", "starting", "running", "stopping")
+FINAL_STATES = ("succeeded", "failed", "stopped", "rejected")
+
+
+def runs_root() -> Path:
+    """Return the folder holding all run directories (``MIFT_RUNS_DIR`` or ``runs/`` under the repo)."""
+    return Path(os.environ.get("MIFT_RUNS_DIR") or REPO_ROOT / "runs")
+
+
+def new_run_id(name: str) -> str:
+    """Return a fresh, sortable run id for a job named ``name``."""
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class RunDir:
+    """One run directory and its record."""
+
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        """Return the run id (the folder name)."""
+        return self.path.name
+
+    @property
+    def ansible_dir(self) -> Path:
+        """Return ansible-runner's private data dir."""
+        return self.path / "ansible"
+
+    @property
+    def nodes_dir(self) -> Path:
+        """Return where node logs and results are fetched to."""
+        return self.path / "nodes"
+
+    @property
+    def files_dir(self) -> Path:
+        """Return ``<host>/`` folders copied to the nodes (configs, job.json; env.json until started)."""
+        return self.path / "files"
+
+    @classmethod
+    def create(cls, run_id: str, record: dict[str, Any]) -> RunDir:
+        """Create the run directory (mode 0700) with its first record."""
+        root = runs_root()
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / run_id
+        path.mkdir(mode=0o700)
+        run = cls(path)
+        record = {"run_id": run_id, "status": "created", "timeline": [], **record}
+        run.save(record)
+        run.set_status("created")
+        return run
+
+    def created_at(self) -> float:
+        """Return when the run was created (from its record; the folder time if unreadable)."""
+        try:
+            return float(self.load().get("created_at", 0.0))
+        except ConfigurationError:
+            return self.path.stat().st_mtime
+
+    def load(self) -> dict[str, Any]:
+        """Return the run record."""
+        try:
+            data = json.loads((self.path / RECORD).read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigurationError(f"{self.path}: no readable run record: {err}") from None
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"{self.path / RECORD}: not a run record")
+        return data
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Write the run record atomically."""
+        tmp = self.path / f".{RECORD}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(record, fh, indent=2, default=str)
+            fh.write("\n")
+        tmp.replace(self.path / RECORD)
+
+    def update(self, **fields: Any) -> dict[str, Any]:  # noqa: ANN401 - JSON values
+        """Merge ``fields`` into the record and save it."""
+        record = self.load()
+        record.update(fields)
+        self.save(record)
+        return record
+
+    def set_status(self, status: str, note: str = "") -> dict[str, Any]:
+        """Set the run status and append it to the status timeline."""
+        record = self.load()
+        record["status"] = status
+        entry = {"t": round(time.time(), 3), "status": status}
+        if note:
+            entry["note"] = note
+        record.setdefault("timeline", []).append(entry)
+        self.save(record)
+        return record
+
+
+def list_runs() -> list[RunDir]:
+    """Return every run directory, oldest first."""
+    root = runs_root()
+    if not root.is_dir():
+        return []
+    runs = [RunDir(p) for p in root.iterdir() if (p / RECORD).is_file()]
+    return sorted(runs, key=lambda r: r.created_at())
+
+
+def find_run(ref: str | None) -> RunDir:
+    """Return the run named ``ref`` (run id, unique prefix or path); the latest run when ``ref`` is None."""
+    if ref is None:
+        runs = list_runs()
+        if not runs:
+            raise ConfigurationError(f"no runs in {runs_root()}")
+        return runs[-1]
+    as_path = Path(ref)
+    if (as_path / RECORD).is_file():
+        return RunDir(as_path.resolve())
+    matches = [r for r in list_runs() if r.run_id == ref] or [
+        r for r in list_runs() if r.run_id.startswith(ref)
+    ]
+    if not matches:
+        raise ConfigurationError(f"{ref}: no such run in {runs_root()}")
+    if len(matches) > 1:
+        names = ", ".join(r.run_id for r in matches[:5])
+        raise ConfigurationError(f"{ref}: ambiguous run, matches {names}")
+    return matches[0]

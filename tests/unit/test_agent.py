@@ -1,0 +1,150 @@
+"""The node agent (launcher/data/mift_agent.py), run locally against the fake trainer test double."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+AGENT = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_agent.py"
+FAKE = Path(__file__).with_name("fake_trainer.py")
+
+
+def agent(*args: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, str(AGENT), *args], check=False, capture_output=True, text=True, timeout=60
+    )
+    return json.loads(out.stdout)
+
+
+def make_run(tmp_path: Path, run_id: str, *trainer_args: str) -> Path:
+    run_dir = tmp_path / run_id
+    run_dir.mkdir()
+    out = run_dir / "output"
+    job = {
+        "run_id": run_id,
+        "node_rank": 0,
+        "output_dir": str(out),
+        "expect_outputs": ["adapter_model.safetensors", "all_results.json"],
+        "argv": [sys.executable, str(FAKE), str(out), *trainer_args],
+    }
+    (run_dir / "job.json").write_text(json.dumps(job))
+    (run_dir / "env.json").write_text(json.dumps({"NCCL_DEBUG": "INFO", "A_TOKEN": "s3cret"}))
+    os.chmod(run_dir / "env.json", 0o600)
+    return run_dir
+
+
+def wait_state(run_dir: Path, states: set[str], timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = agent("status", str(run_dir))
+        if st["state"] in states:
+            return st
+        time.sleep(0.2)
+    raise AssertionError(f"state never in {states}: {st}")
+
+
+def marked(run_dir: Path) -> list[int]:
+    sys.path.insert(0, str(AGENT.parent))
+    import mift_agent  # noqa: PLC0415 - the agent is a script, imported only here
+
+    return mift_agent.marked_pids(mift_agent.agent_key(run_dir.name, run_dir.resolve()))
+
+
+def test_start_runs_to_success_and_reports_last_step(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, "t-ok", "--steps", "4", "--step-s", "0.1")
+    started = agent("start", str(run_dir))
+    assert started["ok"] and started["changed"] and started["pid"]
+    st = wait_state(run_dir, {"finished", "failed"})
+    assert st["state"] == "finished" and st["rc"] == 0
+    assert st["last_log"]["current_steps"] == 4 and st["last_log"]["total_steps"] == 4
+    assert st["outputs_complete"] is True
+    assert st["world_size"] == 2 and st["ranks_joined"] == [0]
+    assert (run_dir / "rc").read_text().strip() == "0"
+    assert marked(run_dir) == []
+
+
+def test_env_reaches_trainer_as_data(tmp_path: Path) -> None:
+    run_dir = tmp_path / "t-env"
+    run_dir.mkdir()
+    (run_dir / "env.json").write_text(json.dumps({"WEIRD": "a b; $(rm -rf /) 'q'"}))
+    job = {
+        "run_id": "t-env",
+        "output_dir": str(run_dir),
+        "argv": [sys.executable, "-c", "import os; print('WEIRD=' + os.environ['WEIRD'])"],
+    }
+    (run_dir / "job.json").write_text(json.dumps(job))
+    agent("start", str(run_dir))
+    wait_state(run_dir, {"finished"})
+    assert "WEIRD=a b; $(rm -rf /) 'q'" in (run_dir / "trainer.log").read_text()
+
+
+def test_failing_trainer_is_failed_and_leaves_no_process(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, "t-fail", "--steps", "5", "--step-s", "0.1", "--fail-at", "2")
+    agent("start", str(run_dir))
+    st = wait_state(run_dir, {"failed", "finished"})
+    assert st["state"] == "failed" and st["rc"] == 3
+    assert st["outputs_complete"] is False
+
+
+def test_killed_trainer_sweeps_detached_workers(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, "t-kill", "--steps", "100", "--step-s", "0.2")
+    started = agent("start", str(run_dir), "--grace", "2")
+    time.sleep(1.0)
+    assert len(marked(run_dir)) == 2  # trainer + its worker in its own session
+    os.kill(started["pid"], signal.SIGKILL)  # the worker is orphaned, like torchrun's ranks
+    st = wait_state(run_dir, {"failed"})
+    assert st["rc"] == -9
+    assert marked(run_dir) == []
+
+
+def test_stop_is_idempotent_and_marks_stopped(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, "t-stop", "--steps", "100", "--step-s", "0.2")
+    agent("start", str(run_dir))
+    wait_state(run_dir, {"running"})
+    time.sleep(0.5)
+    first = agent("stop", str(run_dir), "--grace", "2")
+    assert first["ok"] and first["changed"] and first["left"] == []
+    assert agent("status", str(run_dir))["state"] == "stopped"
+    second = agent("stop", str(run_dir))
+    assert second["ok"] and not second["changed"]
+    assert marked(run_dir) == []
+
+
+def test_status_of_missing_run_dir(tmp_path: Path) -> None:
+    assert agent("status", str(tmp_path / "nope"))["state"] == "absent"
+
+
+@pytest.mark.parametrize("command", ["status", "stop"])
+def test_vanished_supervisor_and_trainer(tmp_path: Path, command: str) -> None:
+    run_dir = make_run(tmp_path, f"t-van-{command}")
+    (run_dir / "state.json").write_text(
+        json.dumps({"state": "running", "pid": 999999, "supervisor_pid": 999998})
+    )
+    result = agent(command, str(run_dir))
+    assert result["state"] == ("vanished" if command == "status" else "stopped")
+
+
+def test_start_unpacks_the_bundle_with_private_modes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "t-bundle"
+    run_dir.mkdir()
+    out = run_dir / "output"
+    job = {
+        "run_id": "t-bundle",
+        "output_dir": str(out),
+        "argv": [sys.executable, str(FAKE), str(out), "--steps", "1"],
+    }
+    bundle = {"files": {"train.yaml": "a: 1\n", "../escape.txt": "x"}, "job": job, "env": {"HF_TOKEN": "t"}}
+    (run_dir / "bundle.json").write_text(json.dumps(bundle))
+    assert agent("start", str(run_dir))["ok"]
+    assert not (run_dir / "bundle.json").exists() and not (tmp_path / "escape.txt").exists()
+    assert (run_dir / "escape.txt").is_file()
+    for name in ("train.yaml", "env.json", "job.json"):
+        assert (run_dir / name).stat().st_mode & 0o777 == 0o600
+    assert wait_state(run_dir, {"finished", "failed"})["state"] == "finished"

@@ -1,0 +1,79 @@
+"""How node states become a job state (success needs every rank finished and the adapter saved)."""
+
+from __future__ import annotations
+
+from launcher.follow import render_table
+from launcher.job import Judge
+from launcher.metrics import summarize
+
+DONE = {"state": "finished", "rc": 0, "outputs_complete": True}
+RUN = {"state": "running"}
+
+
+def judge() -> Judge:
+    return Judge(["h1", "h2"], teardown_grace_s=10)
+
+
+def test_running_until_every_node_finished() -> None:
+    assert judge()({"h1": RUN, "h2": RUN}).state == "running"
+    assert judge()({"h1": DONE, "h2": RUN}).state == "running"
+    assert judge()({"h1": DONE, "h2": {"state": "finished", "rc": 0}}).state == "succeeded"
+
+
+def test_rc_zero_without_adapter_is_failure() -> None:
+    verdict = judge()(
+        {
+            "h1": {"state": "finished", "rc": 0, "outputs": {"adapter_model.safetensors": False}},
+            "h2": {"state": "finished", "rc": 0},
+        }
+    )
+    assert verdict.state == "failed" and "adapter_model.safetensors" in verdict.reason
+
+
+def test_any_failed_or_vanished_node_fails_the_job() -> None:
+    assert judge()({"h1": RUN, "h2": {"state": "failed", "rc": -9}}).reason == "h2: trainer exited rc=-9"
+    assert judge()({"h1": {"state": "vanished"}, "h2": RUN}).reason == "h1: trainer vanished"
+    assert judge()({"h1": RUN, "h2": {"state": "stopped"}}).state == "stopped"
+
+
+def test_teardown_abort_after_finished_training_is_tolerated() -> None:
+    abort = {"state": "failed", "rc": 1, "teardown_abort": True}
+    j = judge()
+    assert j({"h1": RUN, "h2": abort}, now=0.0).state == "running"  # grace: rank 0 may still be saving
+    assert j({"h1": DONE, "h2": abort}, now=3.0).state == "succeeded"
+    j = judge()
+    j({"h1": RUN, "h2": abort}, now=0.0)
+    assert j({"h1": RUN, "h2": abort}, now=11.0).state == "failed"
+
+
+def test_unreachable_needs_several_polls() -> None:
+    j = judge()
+    for _ in range(2):
+        assert j({"h1": RUN, "h2": {"state": "unreachable"}}).state == "running"
+    assert j({"h1": RUN, "h2": {"state": "unreachable"}}).state == "failed"
+
+
+def test_table_and_summary() -> None:
+    nodes = {
+        "h1": {
+            "state": "running",
+            "last_log": {
+                "current_steps": 3,
+                "total_steps": 8,
+                "loss": 6.25,
+                "throughput": 41.5,
+                "remaining_time": "0:00:05",
+            },
+        }
+    }
+    lines = render_table(["h1", "h2"], nodes)
+    assert lines[0].split() == ["HOST", "RANK", "STATE", "STEP", "LOSS", "TOK/S", "ELAPSED", "ETA"]
+    assert lines[1].split()[:6] == ["h1", "0", "running", "3/8", "6.2500", "41.5"]
+    log = [
+        {"current_steps": 1, "total_steps": 2, "loss": 6.1},
+        {"current_steps": 2, "total_steps": 2, "loss": 6.0},
+        {"current_steps": 2, "total_steps": 2},
+    ]
+    summary = summarize(log, {"train_runtime": 3.5, "train_loss": 6.05})
+    assert summary.losses == [(1, 6.1), (2, 6.0)] and summary.final_loss == 6.0 and summary.steps == 2
+    assert summary.train_runtime == 3.5

@@ -1,0 +1,86 @@
+"""Per-node environment rendering, processes per node, stack drift, train config preparation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.exceptions import ConfigurationError
+from launcher.jobspec import parse_job_spec
+from launcher.nodeenv import masked, render_node_env, resolve_nproc
+from launcher.preflight import stack_drift
+from launcher.trainconfig import prepare, write_files
+
+SRC = Path("/jobs/x.yaml")
+
+
+def spec(**extra: object):
+    return parse_job_spec({"name": "a", "train_config": "t", **extra}, SRC)
+
+
+def test_render_node_env_ranks_and_shared_master() -> None:
+    envs = render_node_env(
+        spec(env={"NCCL_DEBUG": "INFO", "HF_TOKEN": "x"}, master_port=29611),
+        hosts=["h1", "h2"],
+        master_addr="10.0.0.1",
+        nproc_per_node=8,
+        run_id="r1",
+    )
+    assert envs["h1"]["NODE_RANK"] == "0" and envs["h2"]["NODE_RANK"] == "1"
+    for env in envs.values():
+        assert env["NNODES"] == "2" and env["MASTER_ADDR"] == "10.0.0.1" and env["MASTER_PORT"] == "29611"
+        assert env["NPROC_PER_NODE"] == "8" and env["FORCE_TORCHRUN"] == "1" and env["NCCL_DEBUG"] == "INFO"
+        assert env["HF_HUB_OFFLINE"] == "1"
+    assert masked(envs)["h2"]["HF_TOKEN"] == "***" and envs["h2"]["HF_TOKEN"] == "x"
+
+
+def test_nproc_from_spec_else_verified_gpus() -> None:
+    assert resolve_nproc(spec(nproc_per_node=2), {}, ["h1"], {}) == 2
+    gpus = {"h1": {"count": 8}, "h2": {"count": 8}}
+    assert resolve_nproc(spec(), gpus, ["h1", "h2"], {}) == 8
+
+
+def test_nproc_must_be_explicit_without_gpus_or_on_cpu() -> None:
+    with pytest.raises(ConfigurationError, match="h2: no verified GPUs"):
+        resolve_nproc(spec(), {"h1": {"count": 8}}, ["h1", "h2"], {})
+    with pytest.raises(ConfigurationError, match="cpu backend"):
+        resolve_nproc(spec(), {"h1": {"count": 8}}, ["h1"], {"h1": {"backend": "cpu"}})
+    with pytest.raises(ConfigurationError, match="differ"):
+        resolve_nproc(spec(), {"h1": {"count": 8}, "h2": {"count": 4}}, ["h1", "h2"], {})
+
+
+def test_stack_drift_names_host_and_package() -> None:
+    same = {"versions": {"torch": "2.13.0", "deepspeed": "0.19.8"}, "backend": "cpu", "hostname": "a"}
+    other = {"versions": {"torch": "2.12.0", "deepspeed": "0.19.8"}, "backend": "cpu", "hostname": "b"}
+    assert stack_drift({"h1": same, "h2": {**same, "hostname": "b"}}, ["h1", "h2"]) == []
+    assert stack_drift({"h1": same, "h2": other}, ["h1", "h2"]) == [
+        "h2: versions.torch is 2.12.0 (h1: 2.13.0)"
+    ]
+
+
+def test_prepare_sets_deepspeed_output_and_resume(tmp_path: Path) -> None:
+    train = tmp_path / "t.yaml"
+    train.write_text("finetuning_type: lora\ndeepspeed: /somewhere/ds.json\noutput_dir: /x\n")
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"zero_optimization": {"stage": 3}}')
+    job = parse_job_spec(
+        {
+            "name": "a",
+            "train_config": str(train),
+            "deepspeed": str(ds),
+            "output_dir": "/data/{run_id}",
+            "resume": True,
+        },
+        SRC,
+    )
+    cfg = prepare(job, "r1")
+    assert cfg.train["deepspeed"] == "ds_config.json" and cfg.train["output_dir"] == "/data/r1"
+    assert cfg.train["overwrite_output_dir"] is False
+    assert cfg.expect_outputs == ("adapter_model.safetensors", "all_results.json")
+    write_files(cfg, tmp_path / "files")
+    assert yaml.safe_load((tmp_path / "files" / "train.yaml").read_text())["deepspeed"] == "ds_config.json"
+    assert (tmp_path / "files" / "ds_config.json").is_file()
+    no_ds = prepare(parse_job_spec({"name": "a", "train_config": str(train)}, SRC), "r1")
+    assert "deepspeed" not in no_ds.train and no_ds.train["overwrite_output_dir"] is True
