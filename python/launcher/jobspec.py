@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import difflib
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from launcher.exceptions import ConfigurationError
+from launcher.validation.loading import load_yaml_text
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# a host name, an IPv4 address or an IPv6 address: never anything a shell would read as code
+ADDRESS_RE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|[0-9A-Fa-f:.]+)$")
 # set by the launcher for every node; a job spec may not override them
 RESERVED_ENV = frozenset(
     {"NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "FORCE_TORCHRUN", "MIFT_RUN_ID"}
@@ -69,6 +71,28 @@ class JobSpec(_Strict):
             if key in RESERVED_ENV:
                 raise ValueError(f"{key} is set by the launcher; use the job spec field instead")
         return value
+
+    @field_validator("master_addr")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None and not ADDRESS_RE.match(value):
+            raise ValueError(f"{value!r} is not an IP address or host name")
+        return value
+
+    @field_validator("output_dir")
+    @classmethod
+    def _no_traversal(cls, value: str) -> str:
+        if ".." in PurePosixPath(value).parts:
+            raise ValueError("must not contain '..' (it would leave the node run directory)")
+        return value
+
+    @model_validator(mode="after")
+    def _resume_needs_absolute_output(self) -> JobSpec:
+        if self.resume is True and not self.output_dir.startswith("/"):
+            raise ValueError(
+                "resume: needs an absolute output_dir (a relative one is a fresh directory per run)"
+            )
+        return self
 
     @field_validator("node_venv")
     @classmethod
@@ -151,10 +175,7 @@ def load_job_spec(path: Path) -> JobSpec:
         text = path.read_text()
     except OSError as err:
         raise ConfigurationError(f"{path}: cannot read job spec: {err.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigurationError(f"{path}: not valid YAML: {err}") from None
+    data = load_yaml_text(text, path)  # one line on a syntax error; duplicate keys are errors too
     spec = parse_job_spec(data, path)
     for label, target in (("train_config", spec.train_config), ("deepspeed", spec.deepspeed)):
         if isinstance(target, Path) and not target.is_file():

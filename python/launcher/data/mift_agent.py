@@ -363,6 +363,9 @@ def _free_bytes(path: Path) -> int:
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as torchrun's TCPStore does: connections of a finished run in TIME_WAIT do not block the port,
+        # only a live listener does
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("0.0.0.0", port))  # noqa: S104 - the master listens on every address
         except OSError:

@@ -1,0 +1,198 @@
+"""The bad-input corpus (tests/faults/corpus/cases.yaml) against 2 provisioned test hosts.
+
+Each case must exit 2 with one stderr line that matches the case's expression (naming the file, key or host at
+fault) and must change nothing on any test host: no file under the watched node folders newer than a marker
+touched just before the case, no new node run directory, no training process, no file planted by shell code.
+A valid environment value carrying shell metacharacters must reach the trainer verbatim, as data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shlex
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from .conftest import CORPUS, REPO, Cluster
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+
+CASES: list[dict[str, Any]] = yaml.safe_load((CORPUS / "cases.yaml").read_text())
+LISTENER_PID = "/run/mift-faults-listener.pid"
+GPU_PLAYBOOK = Path(__file__).resolve().parent / "playbooks" / "gpu_verify.yml"
+
+
+def _unreachable_inventory(cluster: Cluster) -> Path:
+    """The rig's inventory plus host3 at an address of the rig's network where nothing answers."""
+    path = cluster.work / "inventory-unreachable.yml"
+    if not path.exists():
+        inv = yaml.safe_load(cluster.inventory.read_text())
+        net = cluster.rig.net
+        inv["all"]["children"]["trainers"]["hosts"]["host3"] = {
+            "ansible_host": f"{net}.13",
+            "train_address": f"{net}.13",
+        }
+        path.write_text(yaml.safe_dump(inv, sort_keys=False))
+    return path
+
+
+def _argv(case: dict[str, Any], cluster: Cluster) -> list[str]:
+    values = {
+        "corpus": str(CORPUS.relative_to(REPO)),
+        "jobs": str((CORPUS / "configs" / "jobs").relative_to(REPO)),
+        "inv": str(cluster.inventory),
+        "inv_unreachable": str(_unreachable_inventory(cluster)),
+    }
+    return [str(a).format(**values) for a in case["argv"]]
+
+
+def _reverify_gpus(cluster: Cluster, host: str) -> None:
+    out = cluster.rig.rig("up", "2", "--profile", f"2={'mi250x' if host == 'mi250x' else 'mi300x'}")
+    assert out.returncode == 0, out.stderr
+    from .conftest import riglib  # noqa: PLC0415 - the helpers' module, loaded once by the conftest
+
+    run = riglib.run(
+        [
+            str(Path(riglib.sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(cluster.inventory),
+            str(GPU_PLAYBOOK),
+            "-e",
+            json.dumps({"faults_target": "host2"}),
+        ],
+        env=cluster.rig.env(),
+        cwd=REPO,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+
+
+@contextlib.contextmanager
+def host_condition(cluster: Cluster, name: str | None) -> Iterator[None]:
+    """Create the host condition a case needs (before the marker), remove it afterwards."""
+    if name == "port_in_use":
+        server = (
+            "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 29500)); s.listen(); "
+            "time.sleep(900)"
+        )
+        inner = f"echo $$ > {LISTENER_PID}; exec python3 -c {shlex.quote(server)}"
+        cluster.ssh(1, f"setsid -f sh -c {shlex.quote(inner)} >/dev/null 2>&1 </dev/null")
+        time.sleep(1)
+        try:
+            yield
+        finally:
+            cluster.ssh(1, f"kill $(cat {LISTENER_PID}) && rm -f {LISTENER_PID}", check=False)
+    elif name == "wrong_gpu":
+        _reverify_gpus(cluster, "mi250x")
+        try:
+            yield
+        finally:
+            _reverify_gpus(cluster, "mi300x")
+    else:
+        assert name is None, f"unknown setup {name!r}"
+        yield
+
+
+def _error_lines(stderr: str, *, usage: bool) -> list[str]:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    if usage:  # argparse: "usage: ..." and its indented continuation lines come first
+        while lines and (lines[0].startswith("usage:") or lines[0][:1].isspace()):
+            lines.pop(0)
+    return lines
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_bad_input(case: dict[str, Any], cluster: Cluster, fault_record: dict[str, Any]) -> None:
+    expect = re.compile(case["expect"])
+    fault_record.update(
+        case=case["id"],
+        group="1 bad input",
+        input=case["what"],
+        command="python -m launcher " + " ".join(shlex.quote(a) for a in case["argv"]),
+        expected=f"exit 2; one stderr line matching `{case['expect']}`; no change on any host",
+    )
+    before_runs = cluster.run_dirs()
+    with host_condition(cluster, case.get("setup")):
+        cluster.mark()
+        before = cluster.snapshot()
+        t0 = time.monotonic()
+        out = cluster.launcher(
+            *_argv(case, cluster), timeout=600, real_backend=bool(case.get("real_backend"))
+        )
+        took = time.monotonic() - t0
+        after = cluster.snapshot()
+    changes = {h: sorted(set(after[h]) - set(before[h])) for h in after}
+    stopped = cluster.stop_leftover_runs(before_runs)
+    for host, lines in changes.items():  # shell code that ran must not poison the next case
+        if any(line.startswith("planted: ") for line in lines):
+            cluster.ssh(host, "rm -rf /tmp/pwned* /tmp/mift-escaped", check=False)
+    lines = _error_lines(out.stderr, usage=bool(case.get("usage")))
+    changed = {f"host{h}": c for h, c in changes.items() if c}
+    fault_record["observed"] = (
+        f"exit {out.returncode} in {took:.1f} s; {len(lines)} stderr line(s): "
+        + " | ".join(line[:240] for line in lines[:3])
+        + (f"; host changes: {changed}" if changed else "; no host change")
+        + (f"; started and stopped {stopped}" if stopped else "")
+    )
+    problems = []
+    if out.returncode != 2:
+        problems.append(f"exit {out.returncode}, not 2")
+    if len(lines) != 1:
+        problems.append(f"{len(lines)} stderr lines, not 1")
+    if not any(expect.search(line) for line in lines[:1]):
+        problems.append(f"stderr does not match {case['expect']!r}")
+    if changed:
+        problems.append(f"hosts changed: {changed}")
+    assert not problems, "; ".join(problems) + f"\nstderr: {out.stderr[-1500:]}\nstdout: {out.stdout[-800:]}"
+
+
+def test_env_value_with_shell_metacharacters_arrives_as_data(
+    cluster: Cluster, fault_record: dict[str, Any]
+) -> None:
+    """A valid env value full of shell code reaches the trainer's environment verbatim and runs nowhere."""
+    evil = "$(touch /tmp/pwned) `touch /tmp/pwned2`; touch /tmp/pwned3 && echo 'q\"uote' | sh #"
+    fault_record.update(
+        case="env-value-metachar-as-data",
+        group="1 bad input",
+        input=f"env MIFT_FAULTS_EVIL={evil!r} (valid input)",
+        expected="accepted; the value is verbatim in the node env file and the trainer's environ; "
+        "no /tmp/pwned* on any host",
+    )
+    job = cluster.job(
+        "faults-evil-env",
+        max_steps=400,
+        env={"OMP_NUM_THREADS": 1, "DS_ACCELERATOR": "cpu", "MIFT_FAULTS_EVIL": evil},
+    )
+    out = cluster.launcher("run", str(job), "-i", str(cluster.inventory), "--detach", timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    run_id = cluster.record("faults-evil-env")["run_id"]
+    try:
+        seen = {}
+        for host in (1, 2):
+            env_file = json.loads(cluster.node_file(host, run_id, "env.json") or "{}")
+            pid = cluster.node_state(host, run_id).get("pid")
+            environ = cluster.ssh(host, f"tr '\\0' '\\n' < /proc/{int(pid or 0)}/environ", check=False)
+            planted = cluster.ssh(host, "ls /tmp/pwned* 2>/dev/null || true").split()
+            seen[host] = (
+                env_file.get("MIFT_FAULTS_EVIL") == evil,
+                f"MIFT_FAULTS_EVIL={evil}" in environ,
+                planted,
+            )
+    finally:
+        cluster.launcher("stop", run_id, timeout=300)
+    fault_record["observed"] = "; ".join(
+        f"host{h}: env file verbatim={a}, trainer environ verbatim={b}, planted={p or 'none'}"
+        for h, (a, b, p) in seen.items()
+    )
+    for host, (in_file, in_environ, planted) in seen.items():
+        assert in_file and in_environ and not planted, f"host{host}: {seen[host]}"

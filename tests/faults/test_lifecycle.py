@@ -1,0 +1,208 @@
+"""Resume from a checkpoint, a drifted node stack caught by preflight, and provisioning with a host down then
+twice in a row (the second run changes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import HOSTS, REPO, TEST_DOUBLE_VARS, Cluster
+
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+
+RESUME_OUT = "/var/lib/mift/output/faults-resume"
+RECAP_RE = re.compile(
+    r"^(host\d+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE
+)
+
+
+def _steps(cluster: Cluster, host: int) -> list[int]:
+    text = cluster.ssh(host, f"cat {RESUME_OUT}/trainer_log.jsonl 2>/dev/null; true")
+    steps = []
+    for line in text.splitlines():
+        try:
+            steps.append(int(json.loads(line)["current_steps"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return steps
+
+
+def _stop_after_checkpoint(cluster: Cluster, name: str) -> tuple[str, int, int, int]:
+    """Run a 16-step job saving every 4 steps into RESUME_OUT; Ctrl-C it once checkpoint-4 exists.
+
+    Returns the run id, the last checkpoint step, the last logged step and the number of logged lines.
+    """
+    for host in HOSTS:
+        cluster.ssh(host, f"rm -rf {RESUME_OUT}")
+    job = cluster.job(name, max_steps=16, save_steps=4, output_dir=RESUME_OUT)
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if cluster.ssh(1, f"test -d {RESUME_OUT}/checkpoint-4 && echo yes", check=False).strip():
+            break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=300)
+    record = cluster.record(name)
+    assert record.get("status") == "stopped", log.read_text()[-3000:]
+    checkpoints = cluster.ssh(1, f"ls -d {RESUME_OUT}/checkpoint-* 2>/dev/null; true").split()
+    last = max((int(c.rsplit("-", 1)[1]) for c in checkpoints), default=0)
+    steps = _steps(cluster, 1)
+    return str(record["run_id"]), last, max(steps or [0]), len(steps)
+
+
+def test_resume_run_option(cluster: Cluster, fault_record: dict[str, Any]) -> None:
+    """`run --resume RUN` continues a stopped run from its last checkpoint and finishes it."""
+    fault_record.update(
+        case="resume-run-option",
+        group="3 resume",
+        input="a 16-step job stopped (Ctrl-C) after checkpoint-4, then `run --resume RUN`",
+        expected="the resumed run starts at the step after the last checkpoint, reaches 16/16, succeeded",
+    )
+    helptext = cluster.launcher("run", "--help", timeout=120).stdout
+    if "--resume" not in helptext:
+        fault_record["observed"] = "`python -m launcher run --help` has no --resume option; not tried"
+        pytest.fail("`run` has no --resume option")
+    run_id, last, stopped_at, logged = _stop_after_checkpoint(cluster, "faults-resume")
+    out = cluster.launcher("run", "--resume", run_id, "-i", str(cluster.inventory), timeout=900)
+    new = _steps(cluster, 1)[logged:]
+    fault_record["observed"] = (
+        f"first run stopped at step {stopped_at}, checkpoints up to {last}; `run --resume` exit "
+        f"{out.returncode}; its logged steps {new[:2]}...{new[-1:]}"
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert new and new[0] == last + 1 and new[-1] == 16, (last, new)
+
+
+def test_resume_via_job_spec(cluster: Cluster, fault_record: dict[str, Any]) -> None:
+    """The job spec route: same absolute output_dir, `resume: true` -> LLaMA-Factory's last checkpoint."""
+    fault_record.update(
+        case="resume-job-spec",
+        group="3 resume",
+        input="a 16-step job stopped (Ctrl-C) after checkpoint-4, then the same job with `resume: true`",
+        expected="the second run starts at step 5 (from checkpoint-4 or later), reaches 16/16, succeeded",
+    )
+    name = "faults-resume2"
+    _run_id, last, stopped_at, logged = _stop_after_checkpoint(cluster, name)
+    job2 = cluster.job(f"{name}-b", max_steps=16, save_steps=4, output_dir=RESUME_OUT, resume=True)
+    out = cluster.launcher("run", str(job2), "-i", str(cluster.inventory), timeout=900)
+    # LLaMA-Factory appends to trainer_log.jsonl when resuming: lines after the first run's are the new ones
+    new = _steps(cluster, 1)[logged:]
+    fault_record["observed"] = (
+        f"first run stopped at step {stopped_at} with checkpoints up to {last}; "
+        f"second run exit {out.returncode}, "
+        f"status {cluster.record(f'{name}-b').get('status')}, its logged steps {new[:2]}...{new[-1:]}"
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert new and new[0] == last + 1 and new[-1] == 16, (last, new)
+
+
+def test_drifted_stack_is_reported_by_preflight(cluster: Cluster, fault_record: dict[str, Any]) -> None:
+    """Uninstall peft from host2's venv after provisioning: preflight must refuse naming host2 and peft."""
+    fault_record.update(
+        case="stack-drift",
+        group="4 provisioning",
+        input="`pip uninstall peft` in host2's venv after provisioning, then `run`",
+        expected="exit 2, one stderr line naming host2 and peft; nothing started",
+    )
+    version = cluster.ssh(
+        2, "/opt/mift/venv/bin/python -c 'import importlib.metadata as m; print(m.version(\"peft\"))'"
+    )
+    cluster.ssh(2, "/opt/mift/venv/bin/pip uninstall -y -q peft")
+    before = cluster.run_dirs()
+    try:
+        out = cluster.launcher(
+            "run", str(cluster.job("faults-drift")), "-i", str(cluster.inventory), "--detach"
+        )
+        stopped = cluster.stop_leftover_runs(before)
+    finally:
+        cluster.ssh(2, f"/opt/mift/venv/bin/pip install -q --no-deps peft=={version.strip()}", timeout=600)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    fault_record["observed"] = f"exit {out.returncode}; stderr: {' | '.join(lines[:3])}" + (
+        f"; started and stopped {stopped}" if stopped else ""
+    )
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]
+    assert "host2" in lines[0] and "peft" in lines[0], lines[0]
+
+
+def _provision(cluster: Cluster, log: Path) -> subprocess.Popen[str]:
+    extra = {**TEST_DOUBLE_VARS, "train_configs_model_src": str(cluster.work / "tiny-llama")}
+    with log.open("w") as fh:
+        return subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "ansible-playbook"),
+                "provision.yml",
+                "-i",
+                str(cluster.inventory),
+                "-e",
+                json.dumps(extra),
+            ],
+            env=cluster.rig.env(),
+            cwd=REPO,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def _recap(text: str) -> dict[str, dict[str, int]]:
+    return {
+        m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
+        for m in RECAP_RE.findall(text)
+    }
+
+
+def test_provision_host_down_then_rerun_changes_nothing(
+    cluster: Cluster, fault_record: dict[str, Any]
+) -> None:
+    """Cut host2 while provision.yml runs: it fails naming host2; the re-run completes with changed=0."""
+    fault_record.update(
+        case="provision-host-down-rerun",
+        group="4 provisioning",
+        input="host2's link down 15 s into `ansible-playbook provision.yml`, back after; "
+        "then provision.yml again",
+        expected="first run fails with host2 unreachable (host1 completes); the re-run exits 0 with "
+        "changed=0 and failed=0 on every host",
+    )
+    if not (cluster.work / "tiny-llama").exists():
+        subprocess.run(
+            [sys.executable, str(REPO / "tools" / "make_tiny_model.py"), str(cluster.work / "tiny-llama")],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    ns = f"mift{cluster.rig.rig_id}h2"
+    log1 = cluster.work / "provision-down.log"
+    proc = _provision(cluster, log1)
+    time.sleep(15)
+    subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
+    try:
+        proc.wait(timeout=1800)
+    finally:
+        subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
+        subprocess.run(
+            ["ip", "-n", ns, "route", "replace", "default", "via", f"{cluster.rig.net}.254", "dev", "eth0"],
+            check=False,
+        )
+    first = _recap(log1.read_text())
+    log2 = cluster.work / "provision-rerun.log"
+    proc2 = _provision(cluster, log2)
+    proc2.wait(timeout=1800)
+    second = _recap(log2.read_text())
+    fault_record["observed"] = (
+        f"first exit {proc.returncode} {first}; re-run exit {proc2.returncode} {second}"
+    )
+    assert proc.returncode != 0 and first.get("host2", {}).get("unreachable", 0) > 0, first
+    assert first.get("host1", {}).get("failed") == 0, first
+    assert proc2.returncode == 0, log2.read_text()[-4000:]
+    assert all(v["changed"] == 0 and v["failed"] == 0 for v in second.values()) and len(second) == 2, second
