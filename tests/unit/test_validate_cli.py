@@ -12,7 +12,7 @@ from launcher.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = REPO / "tests" / "fixtures" / "bad-configs"
-SEED = Path("/work/shared/reference/gpu-lab/ds_seed.json")
+SEED = Path(__file__).resolve().parents[1] / "fixtures" / "seed" / "ds_seed.json"
 
 
 def test_seed_blog_json_fails_naming_the_typo(capsys):

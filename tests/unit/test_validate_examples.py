@@ -8,7 +8,7 @@ import pytest
 
 from launcher.validation import ConfigKind, backends, validate_file
 
-EXAMPLES = Path("/work/shared/fixtures/llamafactory-examples/examples")
+EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "llamafactory-examples" / "examples"
 FILES = sorted(p for p in EXAMPLES.rglob("*") if p.suffix in (".yaml", ".json")) if EXAMPLES.is_dir() else []
 
 pytestmark = pytest.mark.skipif(not FILES, reason="LLaMA-Factory examples fixture not present")
