@@ -6,6 +6,7 @@ torchaudio.functional.resample). No torchaudio wheel matches torch 2.13.0+cpu (t
 fails with "Could not load this library _torchaudio.so"), so on CPU test hosts this stub satisfies the
 import and every real audio use raises. See docs/stack.md.
 """
+
 from __future__ import annotations
 
 __version__ = "0.0.0+mift.stub"

@@ -1,4 +1,5 @@
 """STUB of torchaudio.functional (see torchaudio/__init__.py): every call raises."""
+
 from __future__ import annotations
 
 
