@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from launcher.exceptions import ConfigurationError
+from launcher.validation.loading import load_config_file
 
 if TYPE_CHECKING:
     from launcher.jobspec import JobSpec
@@ -29,23 +30,11 @@ class RunConfigs:
     expect_outputs: tuple[str, ...]
 
 
-def _load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigurationError(f"{path}: cannot read training config: {err}") from None
+def _load_mapping(path: Path, what: str) -> dict[str, Any]:
+    """Read a config with the validator's own loader (one-line errors, duplicate keys refused)."""
+    data = load_config_file(path)
     if not isinstance(data, dict):
-        raise ConfigurationError(f"{path}: a LLaMA-Factory config must be a mapping")
-    return data
-
-
-def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigurationError(f"{path}: cannot read DeepSpeed config: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigurationError(f"{path}: a DeepSpeed config must be a JSON object")
+        raise ConfigurationError(f"{path}: a {what} must be a mapping")
     return data
 
 
@@ -64,14 +53,14 @@ def prepare(spec: JobSpec, run_id: str, deepspeed: tuple[str, dict[str, Any]] | 
         run_id: fills ``{run_id}`` in the spec's ``output_dir``.
         deepspeed: a (name, config) chosen elsewhere (``deepspeed: auto``); else the spec's file is read.
     """
-    train = _load_yaml(spec.train_config)
+    train = _load_mapping(spec.train_config, "LLaMA-Factory config")
     ds: dict[str, Any] | None = None
     ds_name = "none"
     if deepspeed is not None:
         ds_name, chosen = deepspeed
         ds = chosen or None  # the planner returns ("none", {}) when plain DDP is fastest
     elif isinstance(spec.deepspeed, Path):
-        ds, ds_name = _load_json(spec.deepspeed), spec.deepspeed.name
+        ds, ds_name = _load_mapping(spec.deepspeed, "DeepSpeed config"), spec.deepspeed.name
     if ds is not None:
         train["deepspeed"] = DS_FILE  # relative: the trainer runs in the node run directory
     else:
