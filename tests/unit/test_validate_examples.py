@@ -6,27 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher.validation import ConfigKind, backends, validate_file
+from launcher.validation import ConfigKind, validate_file
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "llamafactory-examples" / "examples"
 FILES = sorted(p for p in EXAMPLES.rglob("*") if p.suffix in (".yaml", ".json")) if EXAMPLES.is_dir() else []
 
 pytestmark = pytest.mark.skipif(not FILES, reason="LLaMA-Factory examples fixture not present")
 
-BACKENDS = [
-    pytest.param(
-        False,
-        id="real",
-        marks=pytest.mark.skipif(
-            not (backends.importable("deepspeed") and backends.importable("llamafactory")),
-            reason="DeepSpeed/LLaMA-Factory not installed",
-        ),
-    ),
-    pytest.param(True, id="builtin"),
-]
 
-
-@pytest.mark.parametrize("builtin", BACKENDS)
 def test_all_examples_pass(builtin):
     reports = [validate_file(p, builtin=builtin) for p in FILES]
     failed = [str(p) for r in reports for p in r.problems if p.is_error]

@@ -36,24 +36,11 @@ EXPECTED = {
     "unknown_kind.yaml": ("(file)", "kind"),
 }
 
-BACKENDS = [
-    pytest.param(
-        False,
-        id="real",
-        marks=pytest.mark.skipif(
-            not (backends.importable("deepspeed") and backends.importable("llamafactory")),
-            reason="DeepSpeed/LLaMA-Factory not installed",
-        ),
-    ),
-    pytest.param(True, id="builtin"),
-]
-
 
 def test_every_fixture_is_listed():
     assert sorted(p.name for p in BAD.iterdir() if p.is_file()) == sorted(EXPECTED)
 
 
-@pytest.mark.parametrize("builtin", BACKENDS)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_bad_fixture_fails(monkeypatch, name, builtin):
     monkeypatch.chdir(REPO)
