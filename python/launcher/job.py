@@ -20,6 +20,10 @@ from launcher.runs import FINAL_STATES, RunDir
 
 RUNNING = ("starting", "running")
 UNREACHABLE_LIMIT = 3  # consecutive polls without an answer before a node counts as vanished
+# ... or this many seconds (and at least 2 polls) without an answer: a node cut off the network is given up
+# quickly, so that the others are stopped within 30 s of the cut
+UNREACHABLE_AFTER_S = 8.0
+POLL_TIMEOUT_S = 8  # seconds a node has to answer one poll (poll.yml)
 
 
 def agent_source() -> str:
@@ -43,6 +47,7 @@ class Judge:
     teardown_grace_s: float = 10.0
     first_abort_seen: dict[str, float] = field(default_factory=dict)
     missed_polls: dict[str, int] = field(default_factory=dict)
+    first_missed: dict[str, float] = field(default_factory=dict)
 
     def __call__(  # noqa: PLR0911 - one return per way a job ends
         self, nodes: dict[str, dict[str, Any]], now: float | None = None
@@ -57,10 +62,13 @@ class Judge:
             state = node.get("state")
             if state == "unreachable":
                 self.missed_polls[host] = self.missed_polls.get(host, 0) + 1
-                if self.missed_polls[host] >= UNREACHABLE_LIMIT:
-                    return Verdict("failed", f"{host}: unreachable for {UNREACHABLE_LIMIT} polls")
+                first = self.first_missed.setdefault(host, now)
+                missed = self.missed_polls[host]
+                if missed >= UNREACHABLE_LIMIT or (missed >= 2 and now - first >= UNREACHABLE_AFTER_S):
+                    return Verdict("failed", f"{host}: unreachable for {missed} polls ({now - first:.0f} s)")
                 continue
             self.missed_polls[host] = 0
+            self.first_missed.pop(host, None)
             if state == "stopped":
                 return Verdict("stopped", f"{host}: stopped")
             if state in ("vanished", "absent"):
@@ -115,7 +123,13 @@ class Job:
 
     def poll(self) -> dict[str, dict[str, Any]]:
         """Return host -> the agent's status (``state`` unreachable or absent when it gave none)."""
-        result = self.runner.run("poll", self.base_vars, keep_events=False, ident="poll", timeout=60)
+        result = self.runner.run(
+            "poll",
+            {**self.base_vars, "mift_poll_timeout_s": POLL_TIMEOUT_S},
+            keep_events=False,
+            ident="poll",
+            timeout=60,
+        )
         nodes: dict[str, dict[str, Any]] = {}
         for host in self.hosts:
             report = result.report(host, "status")
@@ -123,6 +137,8 @@ class Job:
                 nodes[host] = report
             elif host in result.unreachable:
                 nodes[host] = {"state": "unreachable"}
+            elif host in result.failures and "expected time frame" in result.failures[host]:
+                nodes[host] = {"state": "unreachable", "error": result.failures[host]}  # poll.yml's timeout
             elif host in result.failures:
                 nodes[host] = {"state": "absent", "error": result.failures[host]}
             else:

@@ -59,7 +59,8 @@ class JobSpec(_Strict):
     resume: bool | str = False
     poll_interval_s: Annotated[float, Field(ge=0.5, le=60)] = 2.0
     timeouts: Timeouts = Field(default_factory=Timeouts)
-    node_venv: str = "/opt/mift/venv"
+    # None: the inventory's mift_node_venv, else /opt/mift/venv
+    node_venv: str | None = None
     min_free_disk_gb: Annotated[float, Field(ge=0)] = 1.0
 
     @field_validator("env")
@@ -96,8 +97,8 @@ class JobSpec(_Strict):
 
     @field_validator("node_venv")
     @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
             raise ValueError("must be an absolute path on the nodes")
         return value
 
@@ -137,10 +138,28 @@ def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str
     return list(current.model_fields)
 
 
+_TYPE_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
+
+
+def _union_groups(errors: list[Any]) -> list[tuple[tuple[int | str, ...], list[Any]]]:
+    """Group pydantic errors by location, folding the members of a union into one entry.
+
+    A value that fits no member of a union (``str | int | float | bool``) gives one error per member, whose
+    location ends with the member's tag: those are one problem, at the location without the tag.
+    """
+    groups: dict[tuple[int | str, ...], list[Any]] = {}
+    for item in errors:
+        loc = tuple(item["loc"])
+        if len(loc) > 1 and str(loc[-1]) in _TYPE_WORDS and item["type"].endswith(("_type", "_parsing")):
+            loc = loc[:-1]
+        groups.setdefault(loc, []).append(item)
+    return list(groups.items())
+
+
 def _format_errors(source: Path, err: ValidationError) -> str:
     lines = []
-    for item in err.errors():
-        loc = tuple(item["loc"])
+    for loc, items in _union_groups(err.errors()):
+        item = items[0]
         dotted = ".".join(str(p) for p in loc) or "(top)"
         if item["type"] == "extra_forbidden":
             key = str(loc[-1])
@@ -149,9 +168,13 @@ def _format_errors(source: Path, err: ValidationError) -> str:
             lines.append(f"{source}: {dotted}: unknown key{hint}")
         elif item["type"] == "missing":
             lines.append(f"{source}: {dotted}: required key missing")
+        elif len(items) > 1:
+            words = [_TYPE_WORDS.get(str(i["loc"][-1]), str(i["loc"][-1])) for i in items]
+            got = type(item.get("input")).__name__
+            lines.append(f"{source}: {dotted}: must be {', '.join(words[:-1])} or {words[-1]}, not a {got}")
         else:
             lines.append(f"{source}: {dotted}: {item['msg']}")
-    return "\n".join(lines)
+    return "; ".join(lines)
 
 
 def parse_job_spec(data: object, source: Path) -> JobSpec:

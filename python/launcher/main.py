@@ -51,7 +51,11 @@ def cli(argv: Sequence[str] | None = None) -> ExitCode:
         return func(args)
     except LauncherError as err:
         LOG.debug("command failed", exc_info=True)
-        print(f"error: {err}", file=sys.stderr)
+        # one line, whatever the error holds: several problems are joined, never printed as a block
+        print(
+            "error: " + "; ".join(line.strip() for line in str(err).splitlines() if line.strip()),
+            file=sys.stderr,
+        )
         return err.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError, JobFailedError
 from launcher.nodeenv import resolve_nproc
+from launcher.torchinfo import cuda_hosts, cuda_note, torch_gpu_mem_gib, torch_stack
 
 if TYPE_CHECKING:
     from launcher.jobspec import JobSpec
@@ -28,11 +30,21 @@ class NodeFacts:
     probe: dict[str, dict[str, Any]]
     nproc_per_node: int = 0
     warnings: list[str] = field(default_factory=list)
+    # what each node's trainer torch reports (mift_torch_probe.py), the inventory's mift_node_env, notes
+    torch: dict[str, dict[str, Any]] = field(default_factory=dict)
+    node_env: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def master(self) -> str:
         """Return the rank-0 host."""
         return self.hosts[0]
+
+    def gpu_mem_gib(self, host: str) -> float | None:
+        """Return a host's memory per GPU in GiB: the ``mift_gpus`` fact, else what torch reports."""
+        gpus = self.gpus.get(host) or {}
+        value = gpus.get("memory_gib") or gpus.get("vram_gib")
+        return float(value) if value else torch_gpu_mem_gib(self.torch.get(host))
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -70,19 +82,38 @@ def stack_drift(stacks: dict[str, dict[str, Any]], hosts: list[str]) -> list[str
     return problems
 
 
-def run_preflight(runner: PlaybookRunner, spec: JobSpec, run_id: str, agent_src: str) -> NodeFacts:
-    """Run the preflight playbook and check its facts; raise ConfigurationError naming the host."""
-    result = runner.run(
-        "preflight",
-        {
-            "mift_hosts": spec.host_pattern,
-            "mift_run_id": run_id,
-            "mift_agent_src": agent_src,
-            "mift_master_port": spec.master_port,
-            "mift_output_dir": spec.output_dir.format(run_id=run_id),
-            "mift_node_venv": spec.node_venv,
-        },
-    )
+def run_preflight(
+    runner: PlaybookRunner,
+    spec: JobSpec,
+    run_id: str,
+    agent_src: str,
+    *,
+    output_dir: str | None = None,
+    checkpoints_of: str | None = None,
+) -> NodeFacts:
+    """Run the preflight playbook (read-only on the nodes) and check its facts; errors name the host.
+
+    Args:
+        runner: the run's playbook runner.
+        spec: the job spec.
+        run_id: the new run's id (node paths relative to its node run directory).
+        agent_src: the node agent, fed to ``python3 -`` on the nodes.
+        output_dir: the node output_dir when it is not the spec's (``run --resume``).
+        checkpoints_of: a node path whose ``checkpoint-N`` folders are listed (``run --resume``).
+    """
+    extravars: dict[str, Any] = {
+        "mift_hosts": spec.host_pattern,
+        "mift_run_id": run_id,
+        "mift_agent_src": agent_src,
+        "mift_master_port": spec.master_port,
+        "mift_output_dir": output_dir or spec.output_dir.format(run_id=run_id),
+        "mift_torch_probe_src": torch_probe_source(),
+    }
+    if spec.node_venv is not None:  # else the inventory's mift_node_venv, else /opt/mift/venv
+        extravars["mift_node_venv"] = spec.node_venv
+    if checkpoints_of:
+        extravars["mift_checkpoints_of"] = checkpoints_of
+    result = runner.run("preflight", extravars)
     if runner.cancel_requested.is_set():
         raise JobFailedError("interrupted during preflight; nothing was started")
     if result.unreachable:
@@ -102,21 +133,69 @@ def run_preflight(runner: PlaybookRunner, spec: JobSpec, run_id: str, agent_src:
         stack={h: reports[h].get("stack") or {} for h in hosts},
         gpus={h: reports[h].get("gpus") or {} for h in hosts},
         probe={h: reports[h].get("probe") or {} for h in hosts},
+        torch={h: reports[h].get("torch") or {} for h in hosts},
+        node_env={h: reports[h].get("node_env") or {} for h in hosts},
     )
+    apply_torch_facts(facts)
     _check(facts, spec)
     return facts
 
 
+def torch_probe_source() -> str:
+    """Return the controller path of the torch probe that preflight feeds to the nodes' ``python3``."""
+    return str(resources.files("launcher") / "data" / "mift_torch_probe.py")
+
+
+def apply_torch_facts(facts: NodeFacts) -> None:
+    """On nodes whose torch reports CUDA: note that the ROCm checks are skipped, compare torch/CUDA versions.
+
+    ``mift_gpus`` (gfx942 verification) and ``mift_stack`` (the ROCm stack) come from provisioning ROCm nodes;
+    a CUDA node has neither, so its torch's versions stand in for the stack fact and the GPU count comes from
+    torch (:func:`launcher.nodeenv.resolve_nproc`). A job mixing CUDA and ROCm nodes is refused.
+    """
+    cuda = cuda_hosts(facts.hosts, facts.torch)
+    if not cuda:
+        return
+    for host in cuda:
+        if not facts.stack.get(host):
+            facts.stack[host] = torch_stack(facts.torch[host])
+    facts.notes.append(cuda_note(cuda, facts.torch))
+
+
+def installed_drift(host: str, stack: dict[str, Any], probe: dict[str, Any]) -> list[str]:
+    """Return one line per package whose installed version (fresh probe) differs from the provisioned fact."""
+    recorded = stack.get("versions")
+    fresh = probe.get("versions")
+    if not isinstance(recorded, dict) or not isinstance(fresh, dict):
+        return []
+    return [
+        f"{host}: {dist} is {fresh.get(dist) or 'not installed'} but was "
+        f"{recorded.get(dist) or 'not installed'} when provisioned (the stack changed since provision.yml)"
+        for dist in sorted(recorded)
+        if dist in fresh and str(fresh.get(dist)) != str(recorded.get(dist))
+    ]
+
+
+def _fresh_stack(stack: dict[str, Any], probe: dict[str, Any]) -> dict[str, Any]:
+    """Return the stack fact with its versions replaced by the fresh probe's (when the probe has them)."""
+    fresh = probe.get("versions")
+    if not stack or not isinstance(fresh, dict):
+        return stack
+    recorded = stack.get("versions")
+    return {**stack, "versions": {**(recorded if isinstance(recorded, dict) else {}), **fresh}}
+
+
+def _gpu_unverified(gpus: dict[str, Any]) -> str | None:
+    """Return why a ``mift_gpus`` fact says the node's GPUs failed verification (None: passed or no fact)."""
+    if str(gpus.get("verified", "")).lower() not in ("false", "0", "no"):
+        return None
+    failures = gpus.get("failures")
+    first = failures[0] if isinstance(failures, list) and failures else None
+    arch = gpus.get("arch") or "unknown"
+    return " ".join(str(first).split()) if first else f"GPU verification failed (arch {arch})"
+
+
 def _check(facts: NodeFacts, spec: JobSpec) -> None:
-    with_stack = [h for h in facts.hosts if facts.stack[h]]
-    if not with_stack:
-        facts.warnings.append(
-            "no node has stack facts (mift_stack): versions not compared; run provision.yml"
-        )
-    else:
-        drift = stack_drift(facts.stack, facts.hosts)
-        if drift:
-            raise ConfigurationError(f"stack versions differ across nodes: {drift[0]}; re-run provision.yml")
     for host in facts.hosts:
         probe = facts.probe[host]
         if not probe.get("trainer_cli_found"):
@@ -124,6 +203,31 @@ def _check(facts: NodeFacts, spec: JobSpec) -> None:
                 f"{host}: {probe.get('trainer_cli')} not found: provision the node (ansible-playbook "
                 "provision.yml)"
             )
+    with_stack = [h for h in facts.hosts if facts.stack[h]]
+    if not with_stack:
+        facts.warnings.append(
+            "no node has stack facts (mift_stack): versions not compared; run provision.yml"
+        )
+    else:
+        for host in with_stack:  # a fresh probe: the fact is what provisioning saw, not what is there now
+            changed = installed_drift(host, facts.stack[host], facts.probe[host])
+            if changed:
+                raise ConfigurationError(f"{changed[0]}; re-run provision.yml")
+        fresh = {h: _fresh_stack(facts.stack[h], facts.probe[h]) for h in facts.hosts}
+        drift = stack_drift(fresh, facts.hosts)
+        if drift:
+            raise ConfigurationError(f"stack versions differ across nodes: {drift[0]}; re-run provision.yml")
+    for (
+        host
+    ) in facts.hosts:  # explicit nproc_per_node or not: a node whose GPUs failed verification is refused
+        why = _gpu_unverified(facts.gpus[host])
+        if why:
+            raise ConfigurationError(
+                f"{host}: GPUs not verified (ansible_local.mift_gpus): {why}; fix the node or leave it out "
+                "of hosts"
+            )
+    for host in facts.hosts:
+        probe = facts.probe[host]
         free = int(probe.get("free_bytes") or 0)
         if free < spec.min_free_disk_gb * GIB:
             raise ConfigurationError(
@@ -136,4 +240,4 @@ def _check(facts: NodeFacts, spec: JobSpec) -> None:
             f"{facts.master}: master_port {spec.master_port} is in use; pick another master_port in the "
             "job spec"
         )
-    facts.nproc_per_node = resolve_nproc(spec, facts.gpus, facts.hosts, facts.stack)
+    facts.nproc_per_node = resolve_nproc(spec, facts.gpus, facts.hosts, facts.stack, facts.torch)

@@ -36,16 +36,10 @@ RIG_ID = 6
 HOSTS = (1, 2)
 RESULTS = Path(os.environ.get("FAULTS_RESULTS") or REPO / ".cache" / "faults" / "results.json")
 KEEP_RIG = os.environ.get("FAULTS_KEEP_RIG", "") not in ("", "0")
-# what provision.yml needs on the test hosts (the switches of inventory/demo/group_vars/all.yml)
-TEST_DOUBLE_VARS = {
-    "rocm_repo_base_url": "http://controller:8080/amd",
-    "rocm_manage_kernel": False,
-    "host_tuning_apply": False,
-    "pytorch_backend": "cpu",
-}
 MARKER = "/run/mift-faults-marker"
-# processes of a training run on a node (the agent's supervisor is `python3 .../mift_agent.py`)
-TRAINER_PATTERN = "[l]lamafactory|[t]orchrun|[m]ift_agent"
+# processes of a training run on a node (the agent's supervisor is `python3 .../mift_agent.py start ...`; the
+# short-lived `mift_agent.py status|stop` of the launcher's playbooks are not part of the run)
+TRAINER_PATTERN = "[l]lamafactory|[t]orchrun|[m]ift_agent.py start"
 # what a bad input must not touch on a host: files newer than the marker here are changes
 WATCHED = " ".join(
     (
@@ -59,8 +53,12 @@ WATCHED = " ".join(
         "/root",
     )
 )
+# -mindepth 1: the watched folders themselves are not listed (every Ansible module run creates and removes its
+# AnsiballZ payload folder in /tmp, which bumps the mtime of /tmp and nothing else); anything created, changed
+# or left in them is listed
 SNAPSHOT = (
-    f"find {WATCHED} -xdev -newer {MARKER} -not -path '/tmp/.ansible*' -not -path '/root/.ansible*' "
+    f"find {WATCHED} -xdev -mindepth 1 -newer {MARKER} "
+    "-not -path '/tmp/.ansible*' -not -path '/root/.ansible*' "
     "-printf 'changed: %p\\n' 2>/dev/null; "
     "ls -A /var/lib/mift/runs 2>/dev/null | sed 's/^/run dir: /'; "
     f"pgrep -af '{TRAINER_PATTERN}' | sed 's/^/process: /'; "
@@ -80,6 +78,7 @@ def _load_rig_lib() -> ModuleType:
 
 
 riglib = _load_rig_lib()
+TEST_DOUBLE_VARS: dict[str, Any] = riglib.TEST_DOUBLE_VARS
 
 
 class Cluster:
@@ -202,6 +201,29 @@ class Cluster:
                 raise AssertionError(f"processes left {seconds:.0f} s after the fault: {left}")
             time.sleep(0.5)
 
+    def watch_until_clean(
+        self, proc: subprocess.Popen[str], since: float, seconds: float = 180
+    ) -> tuple[float, float]:
+        """Watch the hosts from ``since`` until the launcher has exited and no training process is left.
+
+        Returns (seconds from ``since`` to the last time a training process was seen, 0 if never; seconds from
+        ``since`` to the launcher's exit). Raises when processes are still there after ``seconds``.
+        """
+        last_seen = since
+        ended: float | None = None
+        while True:
+            now = time.monotonic()
+            if ended is None and proc.poll() is not None:
+                ended = now - since
+            left = self.trainer_processes()
+            if any(left.values()):
+                last_seen = time.monotonic()
+            elif ended is not None:
+                return last_seen - since, ended
+            if now - since > seconds:
+                raise AssertionError(f"launcher exit {ended}; processes left {seconds:.0f} s after: {left}")
+            time.sleep(0.5)
+
     def node_file(self, host: int, run_id: str, name: str) -> str:
         return self.ssh(host, f"cat /var/lib/mift/runs/{shlex.quote(run_id)}/{name}", check=False)
 
@@ -250,48 +272,21 @@ def interrupt(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGINT)
 
 
-def _provision(rig: Any, work: Path) -> None:
-    model = work / "tiny-llama"
-    subprocess.run(
-        [sys.executable, str(REPO / "tools" / "make_tiny_model.py"), str(model)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    extra = {**TEST_DOUBLE_VARS, "train_configs_model_src": str(model)}
-    playbook = Path(sys.executable).parent / "ansible-playbook"
-    out = subprocess.run(
-        [str(playbook), "provision.yml", "-i", str(rig.inventory), "-e", json.dumps(extra)],
-        env=rig.env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-    )
-    (work / "provision.log").write_text(out.stdout + out.stderr)
-    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
-
-
-def _provisioned(rig: Any) -> bool:
-    probe = "test -x /opt/mift/venv/bin/llamafactory-cli && test -s /etc/ansible/facts.d/mift_stack.fact"
-    return all(rig.ssh(h, probe, check=False).returncode == 0 for h in HOSTS)
-
-
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """2 test hosts of rig 6, provisioned once for the whole suite; torn down at the end."""
     riglib.rig_ready_or_skip()
     work = tmp_path_factory.mktemp("faults")
     rig = riglib.Rig(rig_id=RIG_ID, hosts=len(HOSTS))
-    reuse = KEEP_RIG and (rig.state_dir / "inventory.yml").exists() and _provisioned(rig)
+    reuse = KEEP_RIG and (rig.state_dir / "inventory.yml").exists() and riglib.is_provisioned(rig)
     if not reuse:
         rig.down(purge=True)
         rig.up()
     try:
+        model = riglib.make_tiny_model(work / "tiny-llama")
         if not reuse:
             t0 = time.monotonic()
-            _provision(rig, work)
+            riglib.provision(rig, model, log=work / "provision.log")
             print(f"provisioned rig {RIG_ID} in {time.monotonic() - t0:.0f} s")
         yield Cluster(rig, work)
     finally:

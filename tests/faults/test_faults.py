@@ -154,8 +154,9 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
         case=f"ctrl-c-{phase}",
         group="2 faults",
         input=f"SIGINT to `python -m launcher run` during {phase}",
-        expected="launcher exits 1 within 30 s; no trainer on any host within 30 s; run stopped (or never "
-        "created, for validate)" + ("; logs kept" if phase == "follow" else ""),
+        expected="no trainer on any host within 30 s of the SIGINT (watched while the launcher stops and "
+        "collects); launcher exits 1 within 60 s; no process left after it; run stopped (or never created, "
+        "for validate)" + ("; logs kept" if phase == "follow" else ""),
     )
     name = f"faults-int-{phase}"
     job = cluster.job(name, max_steps=LONG_STEPS)
@@ -171,20 +172,20 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
         _wait_status(cluster, name, {"preflight": "preflight", "start": "starting"}[phase], proc, 600)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out = _finish(proc, log, timeout=120)
-    ended = time.monotonic() - t0
-    took = cluster.wait_no_trainers(120, since=t0)
+    took, ended = cluster.watch_until_clean(proc, t0)
+    out = _finish(proc, log, timeout=10)
     rec = cluster.record(name)
     run_id = run_id or str(rec.get("run_id", ""))
     missing = _logs_kept(cluster, name, run_id) if phase == "follow" else []
     fault_record["observed"] = (
-        f"launcher exit {proc.returncode} {ended:.1f} s after SIGINT; "
-        f"no trainer on any host after {took:.1f} s; "
+        f"last trainer process seen {took:.1f} s after SIGINT; launcher exit {proc.returncode} after "
+        f"{ended:.1f} s; nothing left after it; "
         f"status {rec.get('status', 'no run directory')}"
         + (f"; logs missing: {missing or 'none'}" if phase == "follow" else "")
     )
     assert proc.returncode == 1, out[-3000:]
-    assert ended <= BOUND_S and took <= BOUND_S, (ended, took)
+    assert took <= BOUND_S, f"trainer processes seen {took:.1f} s after SIGINT"
+    assert ended <= 2 * BOUND_S, f"launcher exited {ended:.1f} s after SIGINT"
     if phase == "validate":
         assert not rec, rec
     else:

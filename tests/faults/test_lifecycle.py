@@ -174,13 +174,6 @@ def test_provision_host_down_then_rerun_changes_nothing(
         expected="first run fails with host2 unreachable (host1 completes); the re-run exits 0 with "
         "changed=0 and failed=0 on every host",
     )
-    if not (cluster.work / "tiny-llama").exists():
-        subprocess.run(
-            [sys.executable, str(REPO / "tools" / "make_tiny_model.py"), str(cluster.work / "tiny-llama")],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
     ns = f"mift{cluster.rig.rig_id}h2"
     log1 = cluster.work / "provision-down.log"
     proc = _provision(cluster, log1)

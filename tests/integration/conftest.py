@@ -7,8 +7,10 @@ A test asks for hosts with the ``rig_factory`` fixture (function scope) or ``rig
         rig = rig_factory(rig_id=3, hosts=2, profiles={2: "mi250x"})
         assert rig.ssh(1, "hostname").stdout.strip() == "host1"
 
-Helpers (``Rig``, ``leftovers``, ``rig_instance``, ``rig_ready_or_skip``, ``run``, paths) are reached through
-the ``rig_lib`` fixture (this module), because test modules cannot import a conftest reliably.
+Helpers (``Rig``, ``leftovers``, ``rig_instance``, ``rig_ready_or_skip``, ``run``, paths, and the
+provisioning helpers ``make_tiny_model``, ``provision``, ``is_provisioned``, ``TEST_DOUBLE_VARS`` shared by
+the launcher e2e tests and the faults suite) are reached through the ``rig_lib`` fixture (this module),
+because test modules cannot import a conftest reliably; ``tests/faults/conftest.py`` loads this file by path.
 
 Whatever happens in the test, every instance the factory brought up is torn down (``rig down --purge``) and
 checked for leftovers. Each test module must use its own RIG_ID (conventions: rig 0 is the demo cluster;
@@ -17,6 +19,7 @@ checked for leftovers. Each test module must use its own RIG_ID (conventions: ri
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -34,6 +37,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RIG = REPO_ROOT / "tools" / "testhosts" / "rig"
 RIG_HOME = Path(os.environ.get("RIG_HOME", REPO_ROOT / ".rig"))
 ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
+# what provision.yml needs on the test hosts (the switches of inventory/demo/group_vars/all.yml)
+TEST_DOUBLE_VARS = {
+    "rocm_repo_base_url": "http://controller:8080/amd",
+    "rocm_manage_kernel": False,
+    "host_tuning_apply": False,
+    "pytorch_backend": "cpu",
+}
 
 
 def _ansible_bin(name: str) -> str:
@@ -149,6 +159,47 @@ def run(
     return proc
 
 
+def make_tiny_model(dest: Path) -> Path:
+    """Write the tiny LLaMA model (tools/make_tiny_model.py) to ``dest`` unless it is there; return it."""
+    if not (dest / "config.json").exists():
+        run([sys.executable, str(REPO_ROOT / "tools" / "make_tiny_model.py"), str(dest)], timeout=600)
+    return dest
+
+
+def provision(
+    rig: Rig, model: Path, *, log: Path | None = None, timeout: float = 3600
+) -> subprocess.CompletedProcess[str]:
+    """Run provision.yml on the rig with the test-double switches and ``model``; assert that it passed.
+
+    The playbook's output goes to ``log`` when given.
+    """
+    extra = {**TEST_DOUBLE_VARS, "train_configs_model_src": str(model)}
+    out = run(
+        [
+            _ansible_bin("ansible-playbook"),
+            "provision.yml",
+            "-i",
+            str(rig.inventory),
+            "-e",
+            json.dumps(extra),
+        ],
+        env=rig.env(),
+        cwd=REPO_ROOT,
+        timeout=timeout,
+        check=False,
+    )
+    if log is not None:
+        log.write_text(out.stdout + out.stderr)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+    return out
+
+
+def is_provisioned(rig: Rig) -> bool:
+    """Return True when every host of the rig has the node venv and the stack fact (provision.yml ran)."""
+    probe = "test -x /opt/mift/venv/bin/llamafactory-cli && test -s /etc/ansible/facts.d/mift_stack.fact"
+    return all(rig.ssh(h, probe, check=False).returncode == 0 for h in range(1, rig.hosts + 1))
+
+
 def _pid_state(pid: str) -> str:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -249,7 +300,7 @@ def rig_module_factory() -> Iterator[RigFactory]:
         yield make
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def rig_lib() -> ModuleType:
     """This module: ``rig_lib.Rig``, ``rig_lib.leftovers``, ``rig_lib.rig_instance``, paths."""
     return sys.modules[__name__]

@@ -22,17 +22,11 @@ import yaml
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from types import ModuleType
 
 REPO = Path(__file__).parents[2]
 RIG_ID = 5
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
-# what provision.yml needs on the test hosts (the same switches as inventory/demo/group_vars/all.yml)
-TEST_DOUBLE_VARS = {
-    "rocm_repo_base_url": "http://controller:8080/amd",
-    "rocm_manage_kernel": False,
-    "host_tuning_apply": False,
-    "pytorch_backend": "cpu",
-}
 SEED_JSON = REPO / "tests" / "fixtures" / "bad-configs" / "ds_seed_blog.json"
 
 
@@ -117,7 +111,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(
-    rig_module_factory: Callable[..., Any], tmp_path_factory: pytest.TempPathFactory
+    rig_module_factory: Callable[..., Any], rig_lib: ModuleType, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Cluster]:
     """2 test hosts of rig 5, provisioned by provision.yml with the test-double vars and the tiny model.
 
@@ -127,37 +121,10 @@ def cluster(
     runs = work / "runs"
     runs.mkdir()
     if os.environ.get("LAUNCHER_E2E_REUSE") == "1":
-        rig_cls = next(
-            m.Rig for n, m in list(sys.modules.items()) if n.endswith("conftest") and hasattr(m, "Rig")
-        )
-        yield Cluster(rig_cls(rig_id=RIG_ID, hosts=2, systemd=False, profiles={}), runs, work)
+        yield Cluster(rig_lib.Rig(rig_id=RIG_ID, hosts=2), runs, work)
         return
     rig = rig_module_factory(RIG_ID, 2)
-    model = work / "tiny-llama"
-    subprocess.run(
-        [sys.executable, str(REPO / "tools" / "make_tiny_model.py"), str(model)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    extra = {**TEST_DOUBLE_VARS, "train_configs_model_src": str(model)}
-    provision = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "provision.yml",
-            "-i",
-            str(rig.inventory),
-            "-e",
-            json.dumps(extra),
-        ],
-        env={**rig.env()},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-    )
-    assert provision.returncode == 0, provision.stdout[-6000:] + provision.stderr[-2000:]
+    rig_lib.provision(rig, rig_lib.make_tiny_model(work / "tiny-llama"))
     yield Cluster(rig, runs, work)
 
 

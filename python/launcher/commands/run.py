@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -17,13 +18,14 @@ from launcher.configcheck import check_configs
 from launcher.exceptions import ConfigurationError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.follow import follow
+from launcher.inventory import check_hosts
 from launcher.job import Job, agent_source
 from launcher.jobspec import load_job_spec, mask_env
 from launcher.nodeenv import masked, render_node_env
 from launcher.preflight import NodeFacts, run_preflight
 from launcher.report import print_summary
 from launcher.runner import PlaybookRunner
-from launcher.runs import RunDir, new_run_id
+from launcher.runs import RunDir, find_run, new_run_id
 from launcher.trainconfig import DS_FILE, TRAIN_FILE, RunConfigs, prepare, write_files
 
 if TYPE_CHECKING:
@@ -41,15 +43,95 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "`llamafactory-cli train` on every node, then follow it: live per-node table, stop everywhere on the "
         "first failure or on Ctrl-C, fetch logs and metrics into runs/<run_id>/.",
     )
-    p.add_argument("job", type=Path, help="job spec YAML (see configs/jobs/)")
+    p.add_argument("job", type=Path, nargs="?", help="job spec YAML (see configs/jobs/)")
     p.add_argument("-i", "--inventory", type=Path, help="Ansible inventory (default: the one in ansible.cfg)")
     p.add_argument("--detach", action="store_true", help="return once every trainer has started")
-    p.set_defaults(func=_cmd_run)
+    p.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue a stopped or failed run from its last checkpoint: a new run with RUN's job spec, "
+        "output_dir and inventory, resume_from_checkpoint set to the last checkpoint on the nodes",
+    )
+    p.set_defaults(func=_cmd_run, parser=p)
     return p
 
 
+@dataclasses.dataclass(frozen=True)
+class ResumeFrom:
+    """What ``run --resume RUN`` takes from RUN."""
+
+    run_id: str
+    output_dir: str  # node path as the new run sees it (relative: to the new node run directory)
+
+
 def _cmd_run(args: argparse.Namespace) -> ExitCode:
+    if args.resume is None and args.job is None:
+        args.parser.error("the following arguments are required: job")
+    if args.resume is not None:
+        if args.job is not None:
+            args.parser.error("argument --resume: give RUN or a job spec, not both")
+        job, inventory, resume = _resume_source(args.resume, args.inventory)
+        return run_job(job, inventory=inventory, detach=args.detach, resume=resume)
     return run_job(args.job, inventory=args.inventory, detach=args.detach)
+
+
+def _resume_source(ref: str, inventory: Path | None) -> tuple[Path, Path | None, ResumeFrom]:
+    """Return the job spec, inventory and output_dir of the run ``ref`` to resume."""
+    old = find_run(ref)
+    record = old.load()
+    where = f"{old.path}/record.json"
+    if record.get("status") not in ("stopped", "failed"):
+        raise ConfigurationError(
+            f"{where}: status: {record.get('status')}: only a stopped or failed run can be resumed"
+        )
+    output_dir = record.get("output_dir")
+    if not record.get("hosts") or not isinstance(output_dir, str):
+        raise ConfigurationError(f"{where}: hosts: the run never started a trainer: nothing to resume")
+    spec_path = Path(str(record.get("spec_path", "")))
+    if not spec_path.is_file():
+        raise ConfigurationError(f"{where}: spec_path: {spec_path}: the run's job spec is gone")
+    if inventory is None and record.get("inventory"):
+        inventory = Path(str(record["inventory"]))
+    # a relative output_dir lives in the old node run directory, a sibling of the new one
+    node_out = output_dir if output_dir.startswith("/") else f"../{old.run_id}/{output_dir}"
+    return spec_path, inventory, ResumeFrom(old.run_id, node_out)
+
+
+def _node_local_checkpoints(configs: RunConfigs, nnodes: int) -> RunConfigs:
+    """Return the configs with every node saving a complete checkpoint in its own output_dir (multi-node).
+
+    output_dir is a node path, not shared storage: without this only the first node gets trainer_state.json
+    and DeepSpeed's ``latest``, and no other node could resume. Values the training YAML or the DeepSpeed JSON
+    set themselves are kept.
+    """
+    if nnodes < 2:
+        return configs
+    train = {"save_on_each_node": True, **configs.train}
+    deepspeed = configs.deepspeed
+    if deepspeed is not None:
+        checkpoint = {"use_node_local_storage": True, **dict(deepspeed.get("checkpoint") or {})}
+        deepspeed = {**deepspeed, "checkpoint": checkpoint}
+    return dataclasses.replace(configs, train=train, deepspeed=deepspeed)
+
+
+def _resume_configs(configs: RunConfigs, facts: NodeFacts, resume: ResumeFrom, spec_path: Path) -> RunConfigs:
+    """Return the run's configs pointed at the resumed run's output_dir and its last common checkpoint."""
+    found = {h: facts.probe[h].get("checkpoints") or [] for h in facts.hosts}
+    common = set.intersection(*(set(v) for v in found.values())) if found else set()
+    if not common:
+        host = next((h for h, v in found.items() if not v), facts.hosts[0])
+        raise ConfigurationError(
+            f"{spec_path}: resume: no checkpoint-N in {resume.output_dir} on {host} (run {resume.run_id}); "
+            "nothing to resume"
+        )
+    step = max(common)
+    train = {
+        **configs.train,
+        "output_dir": resume.output_dir,
+        "overwrite_output_dir": False,
+        "resume_from_checkpoint": f"{resume.output_dir}/checkpoint-{step}",
+    }
+    return dataclasses.replace(configs, train=train, output_dir=resume.output_dir)
 
 
 @contextlib.contextmanager
@@ -76,8 +158,7 @@ def _deepspeed_choice(
     from launcher.plan import choose_deepspeed_config  # noqa: PLC0415 - only for deepspeed: auto
 
     master = facts.probe[facts.master]
-    gpus = facts.gpus[facts.master]
-    gpu_mem = float(gpus.get("memory_gib") or gpus.get("vram_gib") or 191.98)
+    gpu_mem = facts.gpu_mem_gib(facts.master) or 191.98  # mift_gpus, else torch (CUDA), else one MI300X
     host_mem = float(master.get("mem_total_bytes") or 0) / 1024**3
     return choose_deepspeed_config(
         train_cfg.get("model_name_or_path"),
@@ -90,12 +171,15 @@ def _deepspeed_choice(
 
 
 def _jobs_per_host(run_id: str, facts: NodeFacts, spec: JobSpec, configs: RunConfigs) -> dict[str, Any]:
-    cli = f"{spec.node_venv}/bin/llamafactory-cli"
+    def cli(host: str) -> str:  # the entry point preflight found (job spec node_venv, else the inventory's)
+        found = facts.probe.get(host, {}).get("trainer_cli")
+        return str(found) if found else f"{spec.node_venv or '/opt/mift/venv'}/bin/llamafactory-cli"
+
     return {
         host: {
             "run_id": run_id,
             "node_rank": rank,
-            "argv": [cli, "train", "train.yaml"],
+            "argv": [cli(host), "train", "train.yaml"],
             "output_dir": configs.output_dir,
             "expect_outputs": list(configs.expect_outputs) if rank == 0 else [],
         }
@@ -127,7 +211,14 @@ def _remove_env_files(run: RunDir) -> None:
         path.unlink()
 
 
-def run_job(job_path: Path, *, inventory: Path | None, detach: bool, out: IO[str] | None = None) -> ExitCode:
+def run_job(
+    job_path: Path,
+    *,
+    inventory: Path | None,
+    detach: bool,
+    out: IO[str] | None = None,
+    resume: ResumeFrom | None = None,
+) -> ExitCode:
     """Run a job end to end; return 0 on success, 1 when it failed or was stopped (2 raised as bad input)."""
     out = out or sys.stdout
     spec = load_job_spec(job_path)
@@ -135,6 +226,7 @@ def run_job(job_path: Path, *, inventory: Path | None, detach: bool, out: IO[str
     if inv is not None and not inv.exists():
         raise ConfigurationError(f"{inventory}: inventory not found")
     check_configs(job_path)
+    check_hosts(spec, inv, job_path)
     run_id = new_run_id(spec.name)
     interrupted = threading.Event()
     with interrupt_guard(interrupted):
@@ -148,6 +240,7 @@ def run_job(job_path: Path, *, inventory: Path | None, detach: bool, out: IO[str
                 "inventory": str(inv) if inv else None,
                 "launcher_pid": os.getpid(),
                 "detached": detach,
+                **({"resumed_from": resume.run_id} if resume else {}),
             },
         )
         print(f"run {run_id}: {run.path}", file=out, flush=True)
@@ -155,11 +248,21 @@ def run_job(job_path: Path, *, inventory: Path | None, detach: bool, out: IO[str
         runner.cancel_requested = interrupted
         run.set_status("preflight")
         try:
-            facts = run_preflight(runner, spec, run_id, agent_source())
+            facts = run_preflight(
+                runner,
+                spec,
+                run_id,
+                agent_source(),
+                output_dir=resume.output_dir if resume else None,
+                checkpoints_of=resume.output_dir if resume else None,
+            )
             deepspeed = None
             if spec.deepspeed == "auto":
                 deepspeed = _deepspeed_choice(spec, prepare(spec, run_id).train, facts)
             configs = prepare(spec, run_id, deepspeed)
+            configs = _node_local_checkpoints(configs, len(facts.hosts))
+            if resume:
+                configs = _resume_configs(configs, facts, resume, job_path)
         except LauncherError as err:
             run.set_status("stopped" if interrupted.is_set() else "rejected", str(err))
             raise
@@ -182,9 +285,16 @@ def _start_and_follow(
     run_id = run.run_id
     master_addr = spec.master_addr or facts.train_address[facts.master]
     envs = render_node_env(
-        spec, hosts=facts.hosts, master_addr=master_addr, nproc_per_node=facts.nproc_per_node, run_id=run_id
+        spec,
+        hosts=facts.hosts,
+        master_addr=master_addr,
+        nproc_per_node=facts.nproc_per_node,
+        run_id=run_id,
+        node_env=facts.node_env,
     )
     _write_node_files(run, configs, _jobs_per_host(run_id, facts, spec, configs), envs)
+    for note in facts.notes:
+        print(f"note: {note}", file=out)
     for warning in facts.warnings:
         print(f"warning: {warning}", file=out)
     run.update(
@@ -198,6 +308,8 @@ def _start_and_follow(
         deepspeed=configs.deepspeed_name,
         output_dir=configs.output_dir,
         warnings=facts.warnings,
+        notes=facts.notes,
+        torch=facts.torch,
     )
     run.set_status("starting")
     t_start = time.monotonic()
@@ -207,6 +319,7 @@ def _start_and_follow(
             {
                 "mift_hosts": ",".join(facts.hosts),
                 "mift_run_id": run_id,
+                "mift_agent_src": agent_source(),
                 "mift_files_dir": str(run.files_dir),
                 "mift_stop_grace_s": spec.timeouts.stop_grace_s,
                 "mift_start_wait_s": 30,

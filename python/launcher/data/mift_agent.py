@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Node agent of the launcher: start, report on and stop one trainer in a node run directory.
 
-Standard library only: the preflight playbook copies this file into ``/var/lib/mift/runs/<run_id>/`` and the
-playbooks run it with the system ``python3``. The run directory holds, written by the launch playbook:
+Standard library only: the launch playbook copies this file into ``/var/lib/mift/runs/<run_id>/`` and the
+playbooks run it with the system ``python3``; preflight feeds it to ``python3 -`` on stdin (``facts`` writes
+nothing on the node). The run directory holds, written by the launch playbook:
 
 * ``job.json``  -- ``{"run_id", "argv", "output_dir", "expect_outputs", "node_rank"}`` (no secrets)
 * ``env.json``  -- the trainer's extra environment, mode 0600 (may hold secrets)
@@ -145,6 +146,57 @@ def _trainer_env(run_dir: Path, run_id: str) -> dict[str, str]:
     return env
 
 
+WATCH_PERIOD_S = 2.0
+# a non-master node that cannot reach MASTER_ADDR for this long stops its trainer by itself (the launcher
+# cannot reach it either; its gloo/NCCL collectives would hang until ddp_timeout)
+MASTER_LOST_S = 15.0
+
+
+class MasterWatch:
+    """Tells a non-master node when its network path to the master has been gone for ``MASTER_LOST_S``.
+
+    Every period, a TCP connect to MASTER_ADDR:MASTER_PORT. Accepted or refused both prove the master host is
+    reachable (the port closes when the master's trainer ends); only unreachable or timed out count as lost.
+    """
+
+    def __init__(self, addr: str, port: int, lost_s: float = MASTER_LOST_S) -> None:
+        self.addr = addr
+        self.port = port
+        self.lost_s = lost_s
+        self.first_miss: float | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str], job: dict[str, Any]) -> MasterWatch | None:
+        """Return a watch for a non-master node of a multi-node job, else None."""
+        if int(job.get("node_rank") or 0) == 0 or int(env.get("NNODES", "1") or 1) < 2:
+            return None
+        addr, port = env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")
+        lost = float(env.get("MIFT_MASTER_LOST_S") or MASTER_LOST_S)
+        return cls(addr, int(port), lost) if addr and port.isdigit() else None
+
+    def reachable(self) -> bool:
+        """Return True when the master host answers (accept or refuse) within a few seconds."""
+        try:
+            with socket.create_connection((self.addr, self.port), timeout=3):
+                return True
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+
+    def check(self, now: float | None = None) -> str:
+        """Probe once; return why the master counts as lost ('' while it does not)."""
+        now = time.monotonic() if now is None else now
+        if self.reachable():
+            self.first_miss = None
+            return ""
+        if self.first_miss is None:
+            self.first_miss = now
+        if now - self.first_miss >= self.lost_s:
+            return f"master {self.addr}:{self.port} unreachable for {now - self.first_miss:.0f} s"
+        return ""
+
+
 def _supervise(run_dir: Path, job: dict[str, Any], grace: float) -> None:
     """Run in the detached supervisor: start the trainer, wait for it, record how it ended."""
     run_id = str(job["run_id"])
@@ -190,13 +242,28 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float) -> None:
         "rc": None,
     }
     _write_json(run_dir / STATE_FILE, state)
-    rc = proc.wait()
+    watchdog = MasterWatch.from_env(env, job)
+    lost = ""
+    while True:
+        try:
+            rc = proc.wait(timeout=WATCH_PERIOD_S)
+            break
+        except subprocess.TimeoutExpired:
+            lost = watchdog.check() if watchdog else ""
+            if lost:  # cut off from the master: nobody can stop this node, and its collectives hang for ages
+                log.write(f"mift_agent: {lost}; stopping the trainer\n".encode())
+                log.flush()
+                sweep(proc.pid, agent_key(run_id, run_dir), grace)
+                rc = proc.wait()
+                break
     # a trainer killed from outside leaves torchrun's workers (own sessions) behind: sweep them
     left = sweep(proc.pid, agent_key(run_id, run_dir), grace)
     log.close()
     (run_dir / "rc").write_text(f"{rc}\n")
     stopped = (run_dir / "stop_requested").exists()
     state.update({"state": "stopped" if stopped else "exited", "rc": rc, "ended_at": _now(), "left": left})
+    if lost:
+        state["reason"] = lost
     _write_json(run_dir / STATE_FILE, state)
 
 
@@ -316,6 +383,7 @@ def cmd_status(run_dir: Path) -> dict[str, Any]:
         "node_rank": job.get("node_rank"),
         "state": name,
         "rc": rc,
+        "reason": state.get("reason"),
         "pid": state.get("pid"),
         "trainer_alive": trainer_alive,
         "started_at": state.get("started_at"),
@@ -373,8 +441,71 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def cmd_facts(path: Path, port: int | None, venv: Path) -> dict[str, Any]:
-    """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point."""
+# the distributions of the stack_check role's probe (mift_stack_probe.py): read fresh by preflight, compared
+# with the provisioned fact
+STACK_DISTS = (
+    "torch",
+    "deepspeed",
+    "llamafactory",
+    "flash_attn",
+    "transformers",
+    "datasets",
+    "accelerate",
+    "peft",
+    "trl",
+)
+_VERSIONS_SCRIPT = """
+import importlib.metadata as md, json, sys
+def v(d):
+    for name in (d.replace('_', '-'), d):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return None
+print(json.dumps({d: v(d) for d in sys.argv[1:]}))
+"""
+
+
+def installed_versions(venv: Path) -> dict[str, Any] | None:
+    """Return the versions of the stack's distributions installed in ``venv`` now (None: no venv python)."""
+    python = venv / "bin" / "python"
+    if not os.access(python, os.X_OK):
+        return None
+    try:
+        out = subprocess.run(
+            [str(python), "-I", "-c", _VERSIONS_SCRIPT, *STACK_DISTS],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        data = json.loads(out.stdout)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def checkpoints(path: Path) -> list[int]:
+    """Return the steps of the ``checkpoint-N`` folders in ``path`` that hold a saved state, ascending."""
+    found = []
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        match = re.fullmatch(r"checkpoint-(\d+)", entry.name)
+        if match and entry.is_dir() and any(entry.iterdir()):
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+def cmd_facts(path: Path, port: int | None, venv: Path, ckpt_dir: Path | None = None) -> dict[str, Any]:
+    """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point, versions.
+
+    Read-only: nothing is written on the node.
+    """
     cli = venv / "bin" / "llamafactory-cli"
     return {
         "ok": True,
@@ -387,6 +518,8 @@ def cmd_facts(path: Path, port: int | None, venv: Path) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "cpus": os.cpu_count(),
         "mem_total_bytes": _mem_total(),
+        "versions": installed_versions(venv),
+        "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
     }
 
 
@@ -412,9 +545,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="facts: TCP port that must be free")
     parser.add_argument("--path", type=Path, default=Path("/"), help="facts: where outputs will be written")
     parser.add_argument("--venv", type=Path, default=Path("/opt/mift/venv"), help="facts: the node venv")
+    parser.add_argument(
+        "--checkpoints", type=Path, default=None, help="facts: list the checkpoint-N folders of this path"
+    )
     args = parser.parse_args(argv)
-    if args.command == "facts":  # relative paths are inside the node run directory
-        print(json.dumps(cmd_facts(args.run_dir / args.path, args.port or None, args.venv)))
+    if args.command == "facts":  # relative paths are inside the node run directory (which may not exist yet)
+        ckpt = args.run_dir / args.checkpoints if args.checkpoints is not None else None
+        print(json.dumps(cmd_facts(args.run_dir / args.path, args.port or None, args.venv, ckpt)))
         return 0
     run_dir: Path = args.run_dir.resolve()
     if not run_dir.is_dir():

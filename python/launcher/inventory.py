@@ -1,0 +1,109 @@
+"""Check a job's inventory and hosts on the controller, before anything reaches a node.
+
+Ansible ignores a host pattern element that matches nothing (a warning, then the play runs on the rest), and a
+YAML inventory it cannot parse becomes an empty inventory. Both are bad input here: the inventory file or the
+missing host is named and nothing starts.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from launcher.exceptions import ConfigurationError
+from launcher.runner import ANSIBLE_CFG, REPO_ROOT
+from launcher.validation.loading import load_yaml_text
+
+if TYPE_CHECKING:
+    from launcher.jobspec import JobSpec
+
+# a pattern element that is a plain host or group name (not a wildcard, range, regex or exclusion)
+PLAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def default_inventory() -> Path | None:
+    """Return the inventory ``ansible.cfg`` names (relative to the repo), or None."""
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(ANSIBLE_CFG)
+    value = parser.get("defaults", "inventory", fallback="").split(",")[0].strip()
+    if not value:
+        return None
+    path = Path(value)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def _ansible_inventory() -> str:
+    candidate = Path(sys.executable).parent / "ansible-inventory"
+    return str(candidate) if candidate.exists() else "ansible-inventory"
+
+
+def inventory_names(inventory: Path) -> tuple[set[str], set[str]]:
+    """Return (hosts, groups) of ``inventory``; a file Ansible cannot parse raises ConfigurationError."""
+    if inventory.is_file() and inventory.suffix in (".yml", ".yaml"):
+        try:
+            text = inventory.read_text()
+        except OSError as err:
+            raise ConfigurationError(f"{inventory}: (file): cannot read inventory: {err.strerror}") from None
+        load_yaml_text(text, inventory)  # one line naming the file and the line on a syntax error
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
+        "ANSIBLE_HOME": str(REPO_ROOT / ".ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(REPO_ROOT / ".ansible" / "tmp"),
+        "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    try:
+        out = subprocess.run(
+            [_ansible_inventory(), "-i", str(inventory), "--list"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO_ROOT,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise ConfigurationError(f"{inventory}: (file): cannot read inventory: {err}") from None
+    try:
+        data = json.loads(out.stdout) if out.returncode == 0 else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        lines = [ln.strip() for ln in out.stderr.splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else f"rc={out.returncode}")
+        raise ConfigurationError(f"{inventory}: (file): not a usable inventory: {why}")
+    groups = {g for g in data if g != "_meta"}
+    hosts = set((data.get("_meta") or {}).get("hostvars") or {})
+    for group in groups:
+        members = data[group].get("hosts") if isinstance(data[group], dict) else None
+        hosts.update(members or [])
+    return hosts, groups
+
+
+def check_hosts(spec: JobSpec, inventory: Path | None, source: Path) -> None:
+    """Raise ConfigurationError when a host or group the job names is not in the inventory."""
+    inv = inventory or default_inventory()
+    if inv is None:
+        return
+    if not inv.exists():
+        raise ConfigurationError(f"{inv}: inventory not found")
+    hosts, groups = inventory_names(inv)
+    if isinstance(spec.hosts, list):
+        wanted = list(spec.hosts)
+        kind = "host"
+    else:
+        wanted = [p.strip() for p in spec.hosts.split(",") if p.strip()]
+        kind = "host or group"
+    for name in wanted:
+        if isinstance(spec.hosts, str) and not PLAIN_NAME_RE.match(name):
+            continue  # a pattern (wildcard, exclusion, ...): preflight says when it matches nothing
+        if name not in hosts and name not in groups:
+            raise ConfigurationError(f"{source}: hosts: {name}: no such {kind} in the inventory {inv}")
