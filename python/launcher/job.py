@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -152,14 +153,20 @@ class Job:
         )
 
     def collect(self) -> PlaybookResult:
-        """Fetch node logs, state and metrics into ``nodes/<host>/`` (not interruptible)."""
+        """Fetch node logs, state and metrics into ``nodes/<host>/`` (not interruptible).
+
+        Each node's ``Report collect`` result holds its ``status`` and ``outputs`` (the output files).
+        """
         self.run.nodes_dir.mkdir(exist_ok=True)
-        return self.runner.run(
+        result = self.runner.run(
             "collect",
             {**self.base_vars, "mift_collect_dir": str(self.run.nodes_dir)},
             cancellable=False,
             timeout=300,
         )
+        for host in self.hosts:
+            unpack_collected(self.run.nodes_dir / host)
+        return result
 
     def finalize(
         self, state: str, reason: str = "", nodes: dict[str, dict[str, Any]] | None = None
@@ -169,10 +176,12 @@ class Job:
         final_nodes = dict(nodes or {})
         outputs: dict[str, list[str]] = {}
         for host in self.hosts:
-            status = collected.report(host, "status")
+            report = collected.report(host, "collect")
+            report = report if isinstance(report, dict) else {}
+            status = report.get("status")
             if isinstance(status, dict) and "state" in status:
                 final_nodes[host] = status
-            files = collected.report(host, "outputs")
+            files = report.get("outputs")
             outputs[host] = files if isinstance(files, list) else []
         master_dir = self.run.nodes_dir / self.hosts[0]
         log = read_jsonl(master_dir / "trainer_log.jsonl")
@@ -207,6 +216,25 @@ class Job:
         )
         self.run.set_status(state, reason)
         return summary
+
+
+def unpack_collected(host_dir: Path) -> None:
+    """Unpack a node's ``collect.tar.gz`` (plain file names only) into ``host_dir`` and delete it."""
+    archive = host_dir / "collect.tar.gz"
+    if not archive.is_file():
+        return
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar.getmembers():
+                name = Path(member.name).name
+                if not member.isfile() or name != member.name or name.startswith("."):
+                    continue  # never a path out of host_dir, never a link
+                source = tar.extractfile(member)
+                if source is not None:
+                    (host_dir / name).write_bytes(source.read())
+    except (OSError, tarfile.TarError):
+        return
+    archive.unlink()
 
 
 def _world_size(nodes: dict[str, dict[str, Any]]) -> int | None:

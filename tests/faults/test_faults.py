@@ -164,7 +164,8 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory), real_backend=phase == "validate")
     run_id = ""
     if phase == "validate":
-        time.sleep(3)
+        # the validate phase ends with the inventory check (an ansible-inventory child): interrupt it there
+        _wait_child(proc, "ansible-inventory", 120)
         assert proc.poll() is None and not cluster.record(name), "validation already over"
     elif phase == "follow":
         run_id = cluster.wait_step(_run_id_of(cluster, name), proc)
@@ -191,6 +192,24 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
     else:
         assert rec.get("status") in ("stopped", "rejected"), rec.get("timeline")
     assert not missing, missing
+
+
+def _wait_child(proc: subprocess.Popen[str], needle: str, seconds: float) -> None:
+    """Wait until a child process of ``proc`` has ``needle`` in its command line."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"launcher ended (rc={proc.returncode}) before running {needle}")
+        for child in Path("/proc").glob("[0-9]*"):
+            try:
+                if f"PPid:\t{proc.pid}\n" in (child / "status").read_text() and needle in (
+                    child / "cmdline"
+                ).read_bytes().decode(errors="replace"):
+                    return
+            except OSError:
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"no {needle} child of the launcher within {seconds:.0f} s")
 
 
 def _netns_trainers(cluster: Cluster, host: int) -> list[str]:

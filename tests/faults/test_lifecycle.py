@@ -20,6 +20,9 @@ from .conftest import HOSTS, REPO, TEST_DOUBLE_VARS, Cluster
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 RESUME_OUT = "/var/lib/mift/output/faults-resume"
+# about a step a second here: enough steps that the Ctrl-C (which takes seconds to reach the nodes) lands
+# before the end, few enough that the resumed run finishes soon
+RESUME_STEPS = 60
 RECAP_RE = re.compile(
     r"^(host\d+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE
 )
@@ -37,13 +40,13 @@ def _steps(cluster: Cluster, host: int) -> list[int]:
 
 
 def _stop_after_checkpoint(cluster: Cluster, name: str) -> tuple[str, int, int, int]:
-    """Run a 16-step job saving every 4 steps into RESUME_OUT; Ctrl-C it once checkpoint-4 exists.
+    """Run a RESUME_STEPS-step job saving every 4 steps into RESUME_OUT; Ctrl-C it once checkpoint-4 exists.
 
     Returns the run id, the last checkpoint step, the last logged step and the number of logged lines.
     """
     for host in HOSTS:
         cluster.ssh(host, f"rm -rf {RESUME_OUT}")
-    job = cluster.job(name, max_steps=16, save_steps=4, output_dir=RESUME_OUT)
+    job = cluster.job(name, max_steps=RESUME_STEPS, save_steps=4, output_dir=RESUME_OUT)
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
@@ -65,8 +68,9 @@ def test_resume_run_option(cluster: Cluster, fault_record: dict[str, Any]) -> No
     fault_record.update(
         case="resume-run-option",
         group="3 resume",
-        input="a 16-step job stopped (Ctrl-C) after checkpoint-4, then `run --resume RUN`",
-        expected="the resumed run starts at the step after the last checkpoint, reaches 16/16, succeeded",
+        input=f"a {RESUME_STEPS}-step job stopped (Ctrl-C) after checkpoint-4, then `run --resume RUN`",
+        expected=f"the resumed run starts at the step after the last checkpoint (on every node), reaches "
+        f"{RESUME_STEPS}/{RESUME_STEPS}, exit 0",
     )
     helptext = cluster.launcher("run", "--help", timeout=120).stdout
     if "--resume" not in helptext:
@@ -80,7 +84,8 @@ def test_resume_run_option(cluster: Cluster, fault_record: dict[str, Any]) -> No
         f"{out.returncode}; its logged steps {new[:2]}...{new[-1:]}"
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    assert new and new[0] == last + 1 and new[-1] == 16, (last, new)
+    assert last < RESUME_STEPS and stopped_at < RESUME_STEPS, (last, stopped_at)
+    assert new and new[0] == last + 1 and new[-1] == RESUME_STEPS, (last, new)
 
 
 def test_resume_via_job_spec(cluster: Cluster, fault_record: dict[str, Any]) -> None:
@@ -88,12 +93,14 @@ def test_resume_via_job_spec(cluster: Cluster, fault_record: dict[str, Any]) -> 
     fault_record.update(
         case="resume-job-spec",
         group="3 resume",
-        input="a 16-step job stopped (Ctrl-C) after checkpoint-4, then the same job with `resume: true`",
-        expected="the second run starts at step 5 (from checkpoint-4 or later), reaches 16/16, succeeded",
+        input=f"a {RESUME_STEPS}-step job stopped (Ctrl-C) after checkpoint-4, then the same job with "
+        "`resume: true`",
+        expected=f"the second run starts at the step after the last checkpoint, reaches {RESUME_STEPS}/"
+        f"{RESUME_STEPS}, exit 0",
     )
     name = "faults-resume2"
     _run_id, last, stopped_at, logged = _stop_after_checkpoint(cluster, name)
-    job2 = cluster.job(f"{name}-b", max_steps=16, save_steps=4, output_dir=RESUME_OUT, resume=True)
+    job2 = cluster.job(f"{name}-b", max_steps=RESUME_STEPS, save_steps=4, output_dir=RESUME_OUT, resume=True)
     out = cluster.launcher("run", str(job2), "-i", str(cluster.inventory), timeout=900)
     # LLaMA-Factory appends to trainer_log.jsonl when resuming: lines after the first run's are the new ones
     new = _steps(cluster, 1)[logged:]
@@ -103,7 +110,8 @@ def test_resume_via_job_spec(cluster: Cluster, fault_record: dict[str, Any]) -> 
         f"status {cluster.record(f'{name}-b').get('status')}, its logged steps {new[:2]}...{new[-1:]}"
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    assert new and new[0] == last + 1 and new[-1] == 16, (last, new)
+    assert last < RESUME_STEPS and stopped_at < RESUME_STEPS, (last, stopped_at)
+    assert new and new[0] == last + 1 and new[-1] == RESUME_STEPS, (last, new)
 
 
 def test_drifted_stack_is_reported_by_preflight(cluster: Cluster, fault_record: dict[str, Any]) -> None:

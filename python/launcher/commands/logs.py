@@ -56,7 +56,9 @@ def show_logs(ref: str, *, node: str, follow: bool) -> ExitCode:
     while True:
         if job is not None:
             result = job.collect()
-            states = [(result.report(h, "status") or {}).get("state") for h in job.hosts]
+            states = [
+                ((result.report(h, "collect") or {}).get("status") or {}).get("state") for h in job.hosts
+            ]
             active = any(state in ("running", "starting") for state in states)
         try:
             data = (run.nodes_dir / host / "trainer.log").read_bytes()

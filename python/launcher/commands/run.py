@@ -182,6 +182,9 @@ def _jobs_per_host(run_id: str, facts: NodeFacts, spec: JobSpec, configs: RunCon
             "argv": [cli(host), "train", "train.yaml"],
             "output_dir": configs.output_dir,
             "expect_outputs": list(configs.expect_outputs) if rank == 0 else [],
+            # the checkpoint the trainer resumes from ("last": LLaMA-Factory picks output_dir's last one)
+            "resume_from": configs.train.get("resume_from_checkpoint")
+            or ("last" if spec.resume is True else None),
         }
         for rank, host in enumerate(facts.hosts)
     }

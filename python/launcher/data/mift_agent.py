@@ -22,6 +22,7 @@ Commands (each prints one JSON object on stdout):
   wait until the trainer is running, return. The supervisor survives the ssh session and records the exit
   status.
 * ``status RUN_DIR`` -- state, liveness, rc, the last trainer_log.jsonl entry, which expected outputs exist.
+* ``collect RUN_DIR`` -- the status, the output files, and ``collect.tar.gz`` (logs, state, metrics) to fetch.
 * ``stop RUN_DIR [--grace S]`` -- SIGTERM the trainer's process group and every process carrying the run's
   marker in its environment, SIGKILL what is left after the grace period, check that nothing is left.
   Idempotent.
@@ -43,6 +44,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -286,12 +288,38 @@ def unpack_bundle(run_dir: Path) -> None:
     bundle_path.unlink()
 
 
+def mark_latest(run_dir: Path, job: dict[str, Any]) -> str | None:
+    """Give the checkpoint this node resumes from a DeepSpeed ``latest`` file when it lacks one.
+
+    DeepSpeed writes ``latest`` (the tag to load) on global rank 0's node only; on every other node's own copy
+    of the checkpoint the load would fail ("Unable to find latest file"). The tag is the checkpoint's only
+    ``global_step*`` folder. Returns the tag written, or None.
+    """
+    resume = job.get("resume_from")
+    if not resume:
+        return None
+    output_dir = run_dir / str(job.get("output_dir", "output"))
+    if resume == "last":
+        steps = checkpoints(output_dir)
+        if not steps:
+            return None
+        ckpt = output_dir / f"checkpoint-{steps[-1]}"
+    else:
+        ckpt = run_dir / str(resume)
+    tags = sorted(p.name for p in ckpt.glob("global_step*") if p.is_dir())
+    if len(tags) != 1 or (ckpt / "latest").exists():
+        return None
+    (ckpt / "latest").write_text(tags[0])
+    return tags[0]
+
+
 def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
     """Start the trainer through a detached supervisor; return once it runs (or ended)."""
     unpack_bundle(run_dir)
     job = _read_json(run_dir / "job.json")
     if not job.get("argv") or not job.get("run_id"):
         return {"ok": False, "error": f"{run_dir}/job.json: missing argv or run_id"}
+    mark_latest(run_dir, job)
     state = _read_json(run_dir / STATE_FILE)
     if state.get("state") in ("running", "starting") and _alive(state.get("supervisor_pid")):
         return {"ok": True, "changed": False, **state}
@@ -422,6 +450,32 @@ def cmd_stop(run_dir: Path, grace: float) -> dict[str, Any]:
     return {"ok": not left, "changed": running, "killed": before, "left": left, "state": state.get("state")}
 
 
+COLLECT_ARCHIVE = "collect.tar.gz"
+# what the launcher fetches from a node run directory and from its output_dir (small files only)
+COLLECT_RUN_FILES = ("trainer.log", STATE_FILE, "job.json", "rc")
+COLLECT_OUTPUT_FILES = ("trainer_log.jsonl", "all_results.json", "train_results.json", "adapter_config.json")
+
+
+def cmd_collect(run_dir: Path) -> dict[str, Any]:
+    """Pack the run's logs, state and metrics into one archive in the run dir (one fetch instead of eight).
+
+    Returns the status (as ``status``), the output files (full paths) and the archive's path.
+    """
+    status = cmd_status(run_dir)
+    output_dir = Path(status["output_dir"])
+    outputs = sorted(str(p) for p in output_dir.rglob("*") if p.is_file()) if output_dir.is_dir() else []
+    archive = run_dir / COLLECT_ARCHIVE
+    tmp = archive.with_name(archive.name + ".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for folder, names in ((run_dir, COLLECT_RUN_FILES), (output_dir, COLLECT_OUTPUT_FILES)):
+            for name in names:
+                if (folder / name).is_file():
+                    tar.add(folder / name, arcname=name)
+    tmp.chmod(0o600)
+    tmp.replace(archive)
+    return {"ok": True, "status": status, "outputs": outputs, "archive": str(archive)}
+
+
 def _free_bytes(path: Path) -> int:
     probe = path
     while not probe.exists() and probe != probe.parent:
@@ -536,7 +590,7 @@ def _mem_total() -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the command, print its JSON result."""
     parser = argparse.ArgumentParser(prog="mift_agent.py", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("start", "status", "stop", "facts"))
+    parser.add_argument("command", choices=("start", "status", "stop", "facts", "collect"))
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument(
@@ -561,6 +615,8 @@ def main(argv: list[str] | None = None) -> int:
         result = cmd_start(run_dir, args.grace, args.wait)
     elif args.command == "status":
         result = {"ok": True, **cmd_status(run_dir)}
+    elif args.command == "collect":
+        result = cmd_collect(run_dir)
     else:
         result = cmd_stop(run_dir, args.grace)
     print(json.dumps(result))
