@@ -138,7 +138,7 @@ class Job:
                 nodes[host] = report
             elif host in result.unreachable:
                 nodes[host] = {"state": "unreachable"}
-            elif host in result.failures and "expected time frame" in result.failures[host]:
+            elif host in result.failures and _timed_out(result.failures[host]):
                 nodes[host] = {"state": "unreachable", "error": result.failures[host]}  # poll.yml's timeout
             elif host in result.failures:
                 nodes[host] = {"state": "absent", "error": result.failures[host]}
@@ -216,6 +216,11 @@ class Job:
         )
         self.run.set_status(state, reason)
         return summary
+
+
+def _timed_out(failure: str) -> bool:
+    """Return True for the failure of a task stopped by its ``timeout`` (ansible-core 2.19 and older)."""
+    return "Timed out after" in failure or "expected time frame" in failure
 
 
 def unpack_collected(host_dir: Path) -> None:

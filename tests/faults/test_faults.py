@@ -273,6 +273,7 @@ def test_network_cut(cluster: Cluster, fault_record: dict[str, Any]) -> None:
         f"`stop` after the link was back: exit {cleanup.returncode}, clean after {left:.1f} s"
     )
     assert proc.returncode == 1, out[-3000:]
+    assert rec.get("status") == "failed" and "host2" in str(rec.get("result_reason")), rec.get("timeline")
     for host, took in gone.items():
         assert took is not None and took <= BOUND_S, (
             f"{host}: trainer still running {BOUND_S:.0f} s after the cut"
