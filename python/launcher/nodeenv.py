@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import mask_env
+from launcher.torchinfo import cuda_hosts, torch_gpu_count
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -35,16 +36,34 @@ def resolve_nproc(
     gpus_by_host: Mapping[str, Mapping[str, object]],
     hosts: Sequence[str],
     stacks: Mapping[str, Mapping[str, object]],
+    torch_by_host: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> int:
-    """Return processes per node: the spec's value, else the verified GPU count (identical on every node)."""
+    """Return processes per node: the spec's value, else the GPU count (identical on every node).
+
+    The count is the verified one (``mift_gpus``, ROCm nodes) or, on a node whose torch reports CUDA, the
+    number of GPUs torch sees.
+    """
     if spec.nproc_per_node is not None:
         return spec.nproc_per_node
-    cpu = [h for h in hosts if stacks.get(h, {}).get("backend") == "cpu"]
+    torch_by_host = torch_by_host or {}
+    cuda = set(cuda_hosts(hosts, torch_by_host))
+    cpu = [h for h in hosts if h not in cuda and stacks.get(h, {}).get("backend") == "cpu"]
     if cpu:
         raise ConfigurationError(
             f"{cpu[0]}: cpu backend (no GPU to count): set nproc_per_node in the job spec"
         )
-    counts = {host: gpu_count(gpus_by_host.get(host, {})) for host in hosts}
+    counts = {
+        host: torch_gpu_count(torch_by_host.get(host))
+        if host in cuda
+        else gpu_count(gpus_by_host.get(host, {}))
+        for host in hosts
+    }
+    no_cuda_gpu = [h for h in hosts if h in cuda and not counts[h]]
+    if no_cuda_gpu:
+        raise ConfigurationError(
+            f"{no_cuda_gpu[0]}: torch reports CUDA but sees no GPU: set nproc_per_node in the job spec or "
+            "check CUDA_VISIBLE_DEVICES"
+        )
     missing = [h for h, c in counts.items() if not c]
     if missing:
         raise ConfigurationError(
@@ -66,12 +85,19 @@ def render_node_env(
     master_addr: str,
     nproc_per_node: int,
     run_id: str,
+    node_env: Mapping[str, Mapping[str, object]] | None = None,
 ) -> dict[str, dict[str, str]]:
-    """Return host -> environment for the trainer (values in clear; mask before recording)."""
+    """Return host -> environment for the trainer (values in clear; mask before recording).
+
+    ``node_env`` is each host's inventory ``mift_node_env`` (e.g. PYTHONPATH of a ``pip --target`` stack);
+    the job spec's ``env`` wins over it, the launcher's rendezvous variables over both.
+    """
     extra = {**OFFLINE_ENV, **spec.env_strings()}
     out: dict[str, dict[str, str]] = {}
     for rank, host in enumerate(hosts):
+        inventory_env = {str(k): str(v) for k, v in ((node_env or {}).get(host) or {}).items()}
         out[host] = {
+            **inventory_env,
             **extra,
             "NNODES": str(len(hosts)),
             "NODE_RANK": str(rank),
