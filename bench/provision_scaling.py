@@ -24,35 +24,75 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RIG = REPO / "tools" / "testhosts" / "rig"
 RIG_ID = "7"
-ENV = {**os.environ, "RIG_ID": RIG_ID, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+ENV = {**os.environ, "RIG_ID": RIG_ID, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+T0 = time.monotonic()
 
 
 def rig(*args: str) -> None:
     """Run the rig tool for instance 7."""
-    subprocess.run([str(RIG), *args], check=True, env=ENV, stdout=subprocess.DEVNULL, timeout=600)
+    say(f"rig {RIG_ID}: {' '.join(args)}")
+    subprocess.run(
+        [str(RIG), *args],
+        check=True,
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        timeout=600,
+    )
 
 
-def provision(cache: Path, log: Path) -> tuple[float, int, int]:
-    """Run playbooks/stack.yml on the instance's hosts; return (wall seconds, total changed, builds)."""
+def say(msg: str) -> None:
+    """Print a progress line with the time since the bench started."""
+    print(f"[{time.monotonic() - T0:7.1f} s] {msg}", flush=True)
+
+
+def cache_state(cache: Path) -> str:
+    """Say what the controller wheel cache holds (warm: a DeepSpeed entry with its manifest)."""
+    entries = sorted(p.parent.name for p in cache.glob("*/manifest.json"))
+    return f"warm ({', '.join(entries)})" if entries else "cold (empty)"
+
+
+def provision(cache: Path, log: Path, what: str, timeout: float) -> tuple[float, int, int]:
+    """Run playbooks/stack.yml on the instance's hosts; return (wall seconds, total changed, builds).
+
+    The output goes to ``log`` (a file, never a pipe); a progress line every 60 s; killed after ``timeout`` s.
+    """
     inventory = REPO / ".rig" / RIG_ID / "inventory.yml"
     argv = [
-        "ansible-playbook",
+        str(Path(sys.executable).parent / "ansible-playbook"),
         "-i",
         str(inventory),
         str(REPO / "playbooks" / "stack.yml"),
         "-e",
         f'{{"pytorch_backend": "cpu", "wheel_cache_dir": "{cache}"}}',
     ]
+    say(f"{what}: ansible-playbook playbooks/stack.yml (cache {cache}: {cache_state(cache)}; log {log})")
     start = time.monotonic()
     with log.open("w") as out:
-        proc = subprocess.run(argv, env=ENV, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.Popen(
+            argv, env=ENV, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+        )
+        while True:
+            try:
+                rc = proc.wait(timeout=60)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() - start > timeout:
+                proc.kill()
+                proc.wait(timeout=60)
+                sys.exit(f"{what}: no result after {timeout:.0f} s (killed); see {log}")
+            tasks = re.findall(r"^TASK \[(.*?)\]", log.read_text(errors="replace"), re.MULTILINE)
+            say(f"  {what}: {time.monotonic() - start:.0f} s, at: {tasks[-1] if tasks else '(starting)'}")
     wall = time.monotonic() - start
-    if proc.returncode != 0:
-        sys.exit(f"provisioning failed (rc={proc.returncode}); see {log}")
-    text = log.read_text()
+    text = log.read_text(errors="replace")
+    if rc != 0:
+        recap = text.rsplit("PLAY RECAP", 1)[-1]
+        sys.exit(f"{what}: provisioning failed (rc={rc}); see {log}\n{recap[-2000:]}")
     changed = sum(int(n) for n in re.findall(r"changed=(\d+)", text))
     sections = text.split("TASK [")
     builds = sum(1 for s in sections if s.startswith("wheel_cache : Build the wheel") and "\nchanged:" in s)
+    say(f"{what}: {wall:.1f} s, changed={changed}, builds={builds}")
     return wall, changed, builds
 
 
@@ -64,8 +104,10 @@ def main() -> int:
     parser.add_argument("--hosts", type=int, nargs=2, default=[1, 4], metavar=("SMALL", "LARGE"))
     parser.add_argument("--cold-cache", action="store_true", help="start every phase with an empty cache")
     parser.add_argument("--keep", action="store_true", help="leave the hosts of the last phase up")
+    parser.add_argument("--timeout", type=float, default=5400, help="deadline of one playbook run, s")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mift-bench-"))
+    say(f"work dir {work}")
     results: dict[str, tuple[float, int, int]] = {}
     small, large = args.hosts
     try:
@@ -73,9 +115,10 @@ def main() -> int:
             rig("down", "--purge")
             rig("up", str(count))
             cache = work / f"wheels-{count}" if args.cold_cache else REPO / ".cache" / "wheels"
-            results[f"{count} host(s), fresh"] = provision(cache, work / f"run-{count}.log")
-            print(f"{count} host(s) fresh: {results[f'{count} host(s), fresh'][0]:.1f} s", flush=True)
-        results[f"{large} host(s), second run"] = provision(cache, work / "rerun.log")
+            what = f"{count} host(s), fresh"
+            results[what] = provision(cache, work / f"run-{count}.log", what, args.timeout)
+        what = f"{large} host(s), second run"
+        results[what] = provision(cache, work / "rerun.log", what, args.timeout)
     finally:
         if not args.keep:
             rig("down", "--purge")
