@@ -12,10 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
 SHAPES = {
     "tiny": {
         "hidden_size": 256,
@@ -42,6 +38,11 @@ SHAPES = {
 
 
 def main() -> None:
+    # heavy imports here: bench/gpu_strategies.py imports SHAPES without torch (--dry-run on a CPU machine)
+    import torch  # noqa: PLC0415
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: PLC0415
+
     out, shape = Path(sys.argv[1]), sys.argv[2]
     samples = int(sys.argv[3]) if len(sys.argv) > 3 else 64
     rng = random.Random(0)
