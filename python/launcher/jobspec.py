@@ -173,7 +173,11 @@ def _format_errors(source: Path, err: ValidationError) -> str:
             got = type(item.get("input")).__name__
             lines.append(f"{source}: {dotted}: must be {', '.join(words[:-1])} or {words[-1]}, not a {got}")
         else:
-            lines.append(f"{source}: {dotted}: {item['msg']}")
+            msg = str(item["msg"]).removeprefix("Value error, ")
+            key, sep, rest = msg.partition(": ")
+            if not loc and sep and key in JobSpec.model_fields:  # a check across keys names the key at fault
+                dotted, msg = key, rest
+            lines.append(f"{source}: {dotted}: {msg}")
     return "; ".join(lines)
 
 
