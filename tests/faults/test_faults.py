@@ -163,14 +163,20 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
     # validate with the real DeepSpeed/LLaMA-Factory classes: importing them takes long enough to interrupt it
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory), real_backend=phase == "validate")
     run_id = ""
-    if phase == "validate":
-        # the validate phase ends with the inventory check (an ansible-inventory child): interrupt it there
-        _wait_child(proc, "ansible-inventory", 120)
-        assert proc.poll() is None and not cluster.record(name), "validation already over"
-    elif phase == "follow":
-        run_id = cluster.wait_step(_run_id_of(cluster, name), proc)
-    else:
-        _wait_status(cluster, name, {"preflight": "preflight", "start": "starting"}[phase], proc, 600)
+    try:
+        if phase == "validate":
+            # the validate phase ends with the inventory check (an ansible-inventory child): interrupt
+            # it there. No assertion before the SIGINT (a failed precondition must never leave a job
+            # running on the rig): that it landed in validate is checked after (no run directory)
+            _wait_child(proc, "ansible-inventory", 120)
+        elif phase == "follow":
+            run_id = cluster.wait_step(_run_id_of(cluster, name), proc)
+        else:
+            _wait_status(cluster, name, {"preflight": "preflight", "start": "starting"}[phase], proc, 600)
+    except AssertionError:  # never leave the launcher (and a job) running on the shared rig
+        proc.send_signal(signal.SIGINT)
+        _finish(proc, log, timeout=120)
+        raise
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     took, ended = cluster.watch_until_clean(proc, t0)
