@@ -1,20 +1,25 @@
 """Launch latency: ``python -m launcher run`` versus the same commands started by hand over ssh.
 
-For N test hosts (default 2 and 4, rig 8), it measures
+For each host count N (default 2 and 4, on rig instance 8), it measures
 
-* ``started``: from the command to every node's trainer process running
-  (launcher: ``run --detach`` returned, which includes validation, preflight and the start playbook;
-  by hand: every parallel ``ssh host 'setsid -f env ... llamafactory-cli train ...'`` returned);
+* ``started``: from the command to every node's trainer process running (launcher: ``run --detach``
+  printed ``started on N nodes``, after validation, preflight and the start playbook; the start playbook alone
+  and the moment the command returned are shown too; by hand: every parallel
+  ``ssh host 'setsid -f env ... llamafactory-cli train ...'`` returned);
 * ``first step``: from the command to the first line of trainer_log.jsonl on the first node.
 
 The by-hand variant reuses the files the launcher copied (train.yaml, ds_config.json) and the same
 environment, so both start the same trainer; only the orchestration differs. Each run is stopped at its
-first logged step.
+first logged step. The hosts are brought up (and provisioned) once, for the largest N; a smaller N uses the
+first N hosts (job spec ``hosts:`` list). Every wait has a deadline and fails with the reason; whatever
+happens, the bench stops what it started and checks that no trainer process is left on any host.
 
-    python bench/launch_latency.py --hosts 2 4 [--rig-id 8] [--provision] [--repeat 1]
+    python bench/launch_latency.py --hosts 2 4 [--rig-id 8] [--provision] [--repeat 1] [--down]
+    python bench/launch_latency.py --hosts 2 -i inventory/demo/hosts.yml     # already provisioned hosts
 
 ``--provision`` brings the rig up and runs ``provision.yml`` on it first (slow: the node venv is installed on
-every host); without it the hosts must already be provisioned (``-i`` an inventory instead of the rig).
+every host); without it the hosts must already be provisioned (the rig's, or ``-i`` an inventory).
+Needs root for the rig (tools/testhosts/rig setup).
 """
 
 from __future__ import annotations
@@ -23,187 +28,571 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 RIG = REPO / "tools" / "testhosts" / "rig"
 JOB = REPO / "configs" / "jobs" / "tiny-lora-z3.yaml"
+NODE_VENV = "/opt/mift/venv"
+NODE_MODEL = "/opt/mift/models/tiny-llama"
 TEST_DOUBLE_VARS = {
     "rocm_repo_base_url": "http://controller:8080/amd",
     "rocm_manage_kernel": False,
     "host_tuning_apply": False,
     "pytorch_backend": "cpu",
 }
+BENCH_MARKER = "MIFT_BENCH_KEY"
+AGENT_MARKER = "MIFT_AGENT_KEY"  # python/launcher/data/mift_agent.py
+T0 = time.monotonic()
+
+# Fed to `python3 -` on a node (so its command line never matches what it looks for). Commands:
+#   wait LOG NEEDLE TIMEOUT: until LOG is non-empty -> {"state": "step"}; no process with NEEDLE in its
+#                            environment for 5 s -> "died"; TIMEOUT -> "timeout"
+#   kill NEEDLE GRACE:       SIGTERM the processes with NEEDLE in their environment, SIGKILL after GRACE s
+#   procs:                   the trainer processes (llamafactory-cli, torchrun, their workers)
+REMOTE = r"""
+import json, os, signal, sys, time
+from pathlib import Path
+
+def pids(test):
+    me = {os.getpid(), os.getppid()}
+    out = []
+    for e in Path("/proc").iterdir():
+        if not e.name.isdigit() or int(e.name) in me:
+            continue
+        try:
+            if (e / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            if test(e):
+                out.append(int(e.name))
+        except OSError:
+            pass
+    return out
+
+def marked(needle):
+    n = needle.encode()
+    return pids(lambda e: n in (e / "environ").read_bytes().split(b"\0"))
+
+def trainers():
+    words = (b"llamafactory", b"torchrun", b"torch.distributed")
+    found = {}
+    for pid in pids(lambda e: any(w in (e / "cmdline").read_bytes() for w in words)):
+        try:
+            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+        except OSError:
+            pass
+    return found
+
+cmd = sys.argv[1]
+if cmd == "wait":
+    log, needle, timeout = Path(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+    start = time.monotonic()
+    last_alive = start
+    state = "timeout"
+    while time.monotonic() - start < timeout:
+        try:
+            if log.stat().st_size > 0:
+                state = "step"
+                break
+        except OSError:
+            pass
+        now = time.monotonic()
+        if marked(needle):
+            last_alive = now
+        elif now - last_alive > 5:
+            state = "died"
+            break
+        time.sleep(0.1)
+    print(json.dumps({"state": state, "waited_s": round(time.monotonic() - start, 2)}))
+elif cmd == "kill":
+    needle, grace = sys.argv[2], float(sys.argv[3])
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 3.0)):
+        for pid in marked(needle):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while marked(needle) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    print(json.dumps({"left": marked(needle)}))
+elif cmd == "procs":
+    print(json.dumps(trainers()))
+"""
 
 
-def sh(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=False, **kw)  # type: ignore[call-overload]
+def say(msg: str) -> None:
+    """Print a progress line with the time since the bench started."""
+    print(f"[{time.monotonic() - T0:7.1f} s] {msg}", flush=True)
+
+
+class BenchError(RuntimeError):
+    """A step of the bench failed or ran past its deadline."""
+
+
+def run_logged(argv: list[str], log: Path, timeout: float, what: str, **kw: Any) -> int:  # noqa: ANN401
+    """Run ``argv`` with stdout+stderr into ``log`` (never a pipe: a lingering child cannot block us).
+
+    Prints the last TASK line every 60 s; raises BenchError after ``timeout`` s (the process is killed).
+    """
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **kw
+        )
+        start = time.monotonic()
+        next_note = start + 60
+        while True:
+            try:
+                return proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if now - start > timeout:
+                os.killpg(proc.pid, 15)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, 9)
+                    proc.wait(timeout=20)
+                raise BenchError(f"{what}: no result after {timeout:.0f} s (killed); see {log}")
+            if now >= next_note:
+                tasks = re.findall(r"^TASK \[(.*?)\]", log.read_text(errors="replace"), re.MULTILINE)
+                say(f"  {what}: {now - start:.0f} s, at: {tasks[-1] if tasks else '(starting)'}")
+                next_note = now + 60
 
 
 class Hosts:
-    """The bench's nodes: addresses and ssh options from an inventory made by ``rig up``."""
+    """The bench's nodes: addresses and ssh options from an Ansible inventory (the rig's, the demo's)."""
 
     def __init__(self, inventory: Path) -> None:
-        data = yaml.safe_load(inventory.read_text())
-        group = data["all"]["children"]["trainers"]["hosts"]
+        text = inventory.read_text()
+        # the demo inventory names its key and ssh config relative to the inventory
+        text = re.sub(r"\{\{\s*inventory_dir\s*\}\}", str(inventory.resolve().parent), text)
+        if "{{" in text:
+            raise BenchError(
+                f"{inventory}: only {{{{ inventory_dir }}}} is resolved here; other templating is not"
+            )
+        data = yaml.safe_load(text)
+        try:
+            group = data["all"]["children"]["trainers"]["hosts"]
+            gvars = data["all"].get("vars", {})
+        except (KeyError, TypeError) as err:
+            raise BenchError(f"{inventory}: no all.children.trainers.hosts group") from err
         self.inventory = inventory
         self.names = list(group)
-        self.addr = {h: group[h]["ansible_host"] for h in self.names}
-        gvars = data["all"]["vars"]
+        self.addr = {h: (group[h] or {}).get("ansible_host", h) for h in self.names}
+        self.user = gvars.get("ansible_user", "root")
         self.ssh_opts = [
-            "-i",
-            gvars["ansible_ssh_private_key_file"],
-            *shlex.split(gvars["ansible_ssh_common_args"]),
+            *(
+                ["-i", gvars["ansible_ssh_private_key_file"]]
+                if "ansible_ssh_private_key_file" in gvars
+                else []
+            ),
+            *shlex.split(gvars.get("ansible_ssh_common_args", "")),
             "-o",
             "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
         ]
 
-    def ssh(self, host: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return sh(["ssh", *self.ssh_opts, f"root@{self.addr[host]}", command], timeout=timeout)
+    def ssh(
+        self, host: str, command: str, *, timeout: float = 60, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` on ``host``; stdin is /dev/null unless given; BenchError after ``timeout`` s."""
+        argv = ["ssh", *self.ssh_opts, f"{self.user}@{self.addr[host]}", command]
+        try:
+            return subprocess.run(
+                argv,
+                input=stdin if stdin is not None else "",
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as err:
+            raise BenchError(f"{host}: ssh {command[:60]!r}: no answer after {timeout:.0f} s") from err
+
+    def remote(self, host: str, *args: str, timeout: float = 60) -> Any:  # noqa: ANN401 - JSON from the node
+        """Run the REMOTE helper on ``host`` and return its JSON answer."""
+        out = self.ssh(host, "python3 - " + shlex.join(args), timeout=timeout, stdin=REMOTE)
+        if out.returncode != 0:
+            raise BenchError(
+                f"{host}: remote {args[0]} failed (rc={out.returncode}): {out.stderr.strip()[-300:]}"
+            )
+        return json.loads(out.stdout)
+
+    def check_ready(self, names: list[str]) -> None:
+        """Fail with the reason unless every host answers and has the node venv and the tiny model."""
+        probe = f"test -x {NODE_VENV}/bin/llamafactory-cli && test -f {NODE_MODEL}/config.json"
+
+        def one(host: str) -> str:
+            out = self.ssh(host, f"{probe} && echo ready || echo not-provisioned", timeout=40)
+            if out.returncode != 0:
+                return f"{host} ({self.addr[host]}): unreachable: {out.stderr.strip()[-200:]}"
+            return "" if out.stdout.strip() == "ready" else f"{host}: not provisioned (use --provision)"
+
+        with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+            problems = [p for p in pool.map(one, names) if p]
+        if problems:
+            raise BenchError("hosts not ready: " + "; ".join(problems))
+
+    def trainer_procs(self, names: list[str]) -> dict[str, dict[str, str]]:
+        """Return host -> {pid: command line} of trainer processes still running."""
+        with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+            found = dict(zip(names, pool.map(lambda h: self.remote(h, "procs"), names), strict=True))
+        return {h: p for h, p in found.items() if p}
+
+    def kill_marked(self, names: list[str], needle: str, grace: float = 10) -> dict[str, list[int]]:
+        """SIGTERM/SIGKILL the processes carrying ``needle``; return host -> pids still alive."""
+        with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+            answers = list(pool.map(lambda h: self.remote(h, "kill", needle, str(grace), timeout=60), names))
+        return {h: a["left"] for h, a in zip(names, answers, strict=True) if a["left"]}
 
 
-def wait_first_step(hosts: Hosts, log: str, t0: float, timeout: float = 900) -> float:
-    master = hosts.names[0]
-    while time.monotonic() - t0 < timeout:
-        if hosts.ssh(master, f"test -s {shlex.quote(log)}").returncode == 0:
-            return time.monotonic() - t0
-        time.sleep(0.5)
-    raise TimeoutError("no logged step")
+def wait_first_step(hosts: Hosts, master: str, log: str, needle: str, t0: float, timeout: float) -> float:
+    """Wait (on the node, one ssh) until ``log`` has a line; return seconds since ``t0``."""
+    answer = hosts.remote(master, "wait", log, needle, str(timeout), timeout=timeout + 60)
+    if answer["state"] == "step":
+        return time.monotonic() - t0
+    tail = hosts.ssh(master, f"tail -n 15 {shlex.quote(str(Path(log).parents[1]))}/trainer.log").stdout
+    reason = "the trainer exited" if answer["state"] == "died" else f"no logged step after {timeout:.0f} s"
+    raise BenchError(f"{master}: {reason} ({log}); trainer.log ends:\n{tail}")
 
 
-def bench_launcher(hosts: Hosts, runs: Path, work: Path) -> tuple[float, float, str]:
-    spec = yaml.safe_load(JOB.read_text())
-    cfg = yaml.safe_load((REPO / "configs" / "train" / "tiny_cpu_lora_sft.yaml").read_text())
-    cfg.update(max_steps=2000, save_steps=100000)
-    train = work / "configs" / "train" / "bench.yaml"
-    train.parent.mkdir(parents=True, exist_ok=True)
-    if not (work / "configs" / "data").exists():
-        (work / "configs" / "data").symlink_to(REPO / "configs" / "data")
-    train.write_text(yaml.safe_dump(cfg))
-    spec.update(
-        name="bench", train_config=str(train), deepspeed=str(REPO / "configs" / "deepspeed" / "ds_z3.json")
-    )
-    job = work / "bench-job.yaml"
-    job.write_text(yaml.safe_dump(spec))
-    env = {**os.environ, "MIFT_RUNS_DIR": str(runs)}
-    t0 = time.monotonic()
-    out = sh(
-        [sys.executable, "-m", "launcher", "run", str(job), "-i", str(hosts.inventory), "--detach"],
-        env=env,
-        cwd=REPO,
-        timeout=900,
-    )
-    started = time.monotonic() - t0
-    if out.returncode != 0:
-        raise RuntimeError(out.stdout + out.stderr)
-    run_id = next(line.split()[1].rstrip(":") for line in out.stdout.splitlines() if line.startswith("run "))
-    first = wait_first_step(hosts, f"/var/lib/mift/runs/{run_id}/output/trainer_log.jsonl", t0)
-    sh([sys.executable, "-m", "launcher", "stop", run_id], env=env, cwd=REPO, timeout=300)
-    return started, first, run_id
+class Bench:
+    """One host count: the launcher run, then the same trainer by hand; cleans up what it started."""
 
+    def __init__(self, hosts: Hosts, names: list[str], work: Path, args: argparse.Namespace) -> None:
+        self.hosts = hosts
+        self.names = names
+        self.work = work
+        self.args = args
+        self.runs = work / "runs"
+        self.runs.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, "MIFT_RUNS_DIR": str(self.runs)}
+        self.launcher_runs: list[str] = []
+        self.bench_keys: list[str] = []
 
-def bench_by_hand(hosts: Hosts, run_id: str) -> tuple[float, float]:
-    """Start the launcher run's trainer again by hand: parallel ssh, setsid -f, env on the command line."""
-    src = f"/var/lib/mift/runs/{run_id}"
-    dst = f"/var/lib/mift/byhand-{run_id}"
-    for host in hosts.names:
-        env = json.loads(hosts.ssh(host, f"cat {src}/env.json").stdout)
-        env.pop("MIFT_RUN_ID", None)
-        hosts.ssh(
-            host,
-            f"rm -rf {dst} && mkdir -p {dst} && cp {src}/train.yaml {src}/ds_config.json {dst}/ && "
-            f"printf %s {shlex.quote(json.dumps(env))} > {dst}/env.json",
+    def _job(self, tag: str) -> Path:
+        spec = yaml.safe_load(JOB.read_text())
+        cfg = yaml.safe_load((REPO / "configs" / "train" / "tiny_cpu_lora_sft.yaml").read_text())
+        cfg.update(max_steps=2000, save_steps=100000)
+        train = self.work / "configs" / "train" / f"bench-{tag}.yaml"
+        train.parent.mkdir(parents=True, exist_ok=True)
+        if not (self.work / "configs" / "data").exists():
+            (self.work / "configs" / "data").symlink_to(REPO / "configs" / "data")
+        train.write_text(yaml.safe_dump(cfg))
+        spec.update(
+            name="bench",
+            train_config=str(train),
+            deepspeed=str(REPO / "configs" / "deepspeed" / "ds_z3.json"),
+            hosts=self.names,
         )
-    commands = {}
-    for host in hosts.names:
-        env = json.loads(hosts.ssh(host, f"cat {dst}/env.json").stdout)
-        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        commands[host] = (
-            f"cd {dst} && setsid -f env PATH=/opt/mift/venv/bin:$PATH {assigns} "
-            "/opt/mift/venv/bin/llamafactory-cli train train.yaml >trainer.log 2>&1 </dev/null"
+        job = self.work / f"bench-job-{tag}.yaml"
+        job.write_text(yaml.safe_dump(spec))
+        return job
+
+    def launcher(self, tag: str) -> tuple[float, float, float, float, str]:
+        """Return (started, returned, start playbook, first step, run_id) of ``launcher run --detach``."""
+        job = self._job(tag)
+        log = self.work / f"launcher-{tag}.log"
+        argv = [
+            sys.executable,
+            "-m",
+            "launcher",
+            "run",
+            str(job),
+            "-i",
+            str(self.hosts.inventory),
+            "--detach",
+        ]
+        say(f"  launcher: {' '.join(argv[1:])}")
+        t0, t0_wall = time.monotonic(), time.time()
+        rc = run_logged(argv, log, self.args.start_timeout, "launcher run", env=self.env, cwd=REPO)
+        returned = time.monotonic() - t0
+        # the launcher's last lines ("started on N nodes ...", "detached; ...") are written once every trainer
+        # runs; the interpreter then still has to exit: the log's mtime is when the trainers were started
+        started = log.stat().st_mtime - t0_wall
+        text = log.read_text(errors="replace")
+        run_id = next((m for m in re.findall(r"^run (\S+):", text, re.MULTILINE)), None)
+        if run_id:
+            self.launcher_runs.append(run_id)
+        if rc != 0 or run_id is None:
+            raise BenchError(f"launcher run failed (rc={rc}):\n{text[-3000:]}")
+        m = re.search(r"^started on \d+ nodes in ([\d.]+) s", text, re.MULTILINE)
+        playbook = float(m.group(1)) if m else float("nan")
+        say(
+            f"  launcher: all {len(self.names)} trainers started after {started:.1f} s, `run --detach` "
+            f"returned after {returned:.1f} s (run {run_id})"
         )
-    t0 = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(len(hosts.names)) as pool:
-        results = list(pool.map(lambda h: hosts.ssh(h, commands[h]), hosts.names))
-    started = time.monotonic() - t0
-    if any(r.returncode for r in results):
-        raise RuntimeError([r.stderr for r in results])
-    first = wait_first_step(hosts, f"{dst}/output/trainer_log.jsonl", t0)
-    for host in hosts.names:  # by hand, stopping is by hand too
-        hosts.ssh(
-            host,
-            f"pkill -TERM -f 'llamafactory|torchrun' ; sleep 3; pkill -KILL -f 'llamafactory|torchrun'; "
-            f"rm -rf {dst}",
+        run_dir = f"/var/lib/mift/runs/{run_id}"
+        first = wait_first_step(
+            self.hosts,
+            self.names[0],
+            f"{run_dir}/output/trainer_log.jsonl",
+            f"{AGENT_MARKER}={run_id}@{run_dir}",
+            t0,
+            self.args.step_timeout,
         )
-    return started, first
+        say(f"  launcher: first logged step after {first:.1f} s; stopping")
+        self.stop_launcher(run_id)
+        return started, returned, playbook, first, run_id
+
+    def stop_launcher(self, run_id: str) -> None:
+        out = self.work / f"stop-{run_id}.log"
+        argv = [sys.executable, "-m", "launcher", "stop", run_id]
+        rc = run_logged(argv, out, 300, "launcher stop", env=self.env, cwd=REPO)
+        if rc != 0:
+            raise BenchError(f"launcher stop {run_id} failed (rc={rc}):\n{out.read_text()[-2000:]}")
+        self.launcher_runs.remove(run_id)
+
+    def by_hand(self, run_id: str, tag: str) -> tuple[float, float]:
+        """Start the launcher run's trainer again by hand: parallel ssh, setsid -f, env on the command line.
+
+        Returns (started, first step) in seconds.
+        """
+        src = f"/var/lib/mift/runs/{run_id}"
+        dst = f"/var/lib/mift/byhand-{run_id}"
+        key = f"byhand-{run_id}"
+        commands = {}
+        for host in self.names:  # setup, not timed: the files a person would have copied before
+            env_json = self.hosts.ssh(host, f"cat {src}/env.json")
+            if env_json.returncode != 0:
+                raise BenchError(f"{host}: {src}/env.json: {env_json.stderr.strip()}")
+            env = json.loads(env_json.stdout)
+            env.pop("MIFT_RUN_ID", None)
+            env[BENCH_MARKER] = key  # so that the bench finds (and stops) exactly these processes
+            prep = self.hosts.ssh(
+                host, f"rm -rf {dst} && mkdir -p {dst} && cp {src}/train.yaml {src}/ds_config.json {dst}/"
+            )
+            if prep.returncode != 0:
+                raise BenchError(f"{host}: copying the run files: {prep.stderr.strip()}")
+            assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+            commands[host] = (
+                f"cd {dst} && setsid -f env PATH={NODE_VENV}/bin:$PATH {assigns} "
+                f"{NODE_VENV}/bin/llamafactory-cli train train.yaml >trainer.log 2>&1 </dev/null"
+            )
+        say(f"  by hand: {len(self.names)} x ssh HOST 'cd {dst} && setsid -f env ... llamafactory-cli train'")
+        self.bench_keys.append(key)
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(len(self.names)) as pool:
+            results = list(pool.map(lambda h: self.hosts.ssh(h, commands[h], timeout=60), self.names))
+        started = time.monotonic() - t0
+        failed = {h: r.stderr.strip() for h, r in zip(self.names, results, strict=True) if r.returncode}
+        if failed:
+            raise BenchError(f"by hand: start failed: {failed}")
+        say(f"  by hand: all {len(self.names)} ssh commands returned after {started:.1f} s")
+        first = wait_first_step(
+            self.hosts,
+            self.names[0],
+            f"{dst}/output/trainer_log.jsonl",
+            f"{BENCH_MARKER}={key}",
+            t0,
+            self.args.step_timeout,
+        )
+        say(f"  by hand: first logged step after {first:.1f} s; stopping")
+        left = self.hosts.kill_marked(self.names, f"{BENCH_MARKER}={key}")
+        if left:
+            raise BenchError(f"by hand: processes left after SIGKILL: {left}")
+        self.bench_keys.remove(key)
+        for host in self.names:
+            self.hosts.ssh(host, f"rm -rf {dst}")
+        return started, first
+
+    def cleanup(self) -> None:
+        """Stop whatever this bench started and is still running (after an error or Ctrl-C)."""
+        for run_id in list(self.launcher_runs):
+            say(f"  cleanup: launcher stop {run_id}")
+            try:
+                self.stop_launcher(run_id)
+            except BenchError as err:
+                say(f"  cleanup: {err}")
+        for key in list(self.bench_keys):
+            say(f"  cleanup: stopping the by-hand trainers {key}")
+            left = self.hosts.kill_marked(self.names, f"{BENCH_MARKER}={key}")
+            if left:
+                say(f"  cleanup: still alive: {left}")
 
 
-def provision(inventory: Path) -> None:
+def provision(inventory: Path, work: Path, timeout: float) -> None:
+    """Run provision.yml (test-double switches, the tiny model) on the inventory's hosts."""
     model = REPO / ".cache" / "tiny-llama"
     if not (model / "config.json").exists():
-        sh([sys.executable, str(REPO / "tools" / "make_tiny_model.py"), str(model)], check=True)
+        say(f"making the tiny model in {model}")
+        rc = run_logged(
+            [sys.executable, str(REPO / "tools" / "make_tiny_model.py"), str(model)],
+            work / "tiny-model.log",
+            600,
+            "make_tiny_model",
+        )
+        if rc != 0:
+            raise BenchError(f"tools/make_tiny_model.py failed; see {work / 'tiny-model.log'}")
     extra = {**TEST_DOUBLE_VARS, "train_configs_model_src": str(model)}
-    out = sh(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "provision.yml",
-            "-i",
-            str(inventory),
-            "-e",
-            json.dumps(extra),
-        ],
-        cwd=REPO,
-        timeout=7200,
+    argv = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "provision.yml",
+        "-i",
+        str(inventory),
+        "-e",
+        json.dumps(extra),
+    ]
+    log = work / "provision.log"
+    say(f"provisioning: ansible-playbook provision.yml -i {inventory} (log {log})")
+    start = time.monotonic()
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    rc = run_logged(argv, log, timeout, "provision.yml", cwd=REPO, env=env)
+    recap = log.read_text(errors="replace").rsplit("PLAY RECAP", 1)[-1].strip()
+    if rc != 0:
+        raise BenchError(f"provision.yml failed (rc={rc}); see {log}:\n{recap[-2000:]}")
+    say(f"provisioned in {time.monotonic() - start:.0f} s:\n{recap}")
+
+
+def rig_inventory(rig_id: int, count: int) -> Path:
+    """``rig up COUNT`` on instance ``rig_id`` (running hosts are kept); return its inventory."""
+    env = {**os.environ, "RIG_ID": str(rig_id)}
+    say(f"rig {rig_id}: up {count}")
+    try:
+        up = subprocess.run(
+            [str(RIG), "up", str(count)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as err:
+        raise BenchError(f"rig {rig_id}: up {count}: no result after 300 s") from err
+    if up.returncode:
+        raise BenchError(f"rig {rig_id}: up {count} failed: {up.stderr.strip()[-2000:]}")
+    return REPO / ".rig" / str(rig_id) / "inventory.yml"
+
+
+def measure(hosts: Hosts, args: argparse.Namespace, work: Path) -> list[tuple[Any, ...]]:
+    rows = []
+    for n in args.hosts:
+        names = hosts.names[:n]
+        for i in range(args.repeat):
+            tag = f"{n}h-{i + 1}"
+            say(f"{n} hosts ({', '.join(names)}), run {i + 1}/{args.repeat}")
+            bench = Bench(hosts, names, work / tag, args)
+            try:
+                l_start, l_ret, l_play, l_first, run_id = bench.launcher(tag)
+                h_start, h_first = bench.by_hand(run_id, tag)
+            finally:
+                bench.cleanup()
+            rows.append((n, l_start, l_ret, l_play, l_first, h_start, h_first))
+            say(
+                f"{n} hosts: launcher started {l_start:.1f} s (returned {l_ret:.1f} s, start playbook "
+                f"{l_play:.1f} s), first step {l_first:.1f} s | by hand started {h_start:.1f} s, first step "
+                f"{h_first:.1f} s"
+            )
+    return rows
+
+
+def open_hosts(args: argparse.Namespace) -> Hosts:
+    """The rig's hosts (brought up for the largest count) or those of ``-i``."""
+    inventory = (args.inventory or rig_inventory(args.rig_id, max(args.hosts))).resolve()
+    if not inventory.exists():
+        raise BenchError(f"{inventory}: inventory not found")
+    hosts = Hosts(inventory)
+    if len(hosts.names) < max(args.hosts):
+        raise BenchError(f"{inventory}: {len(hosts.names)} trainers, --hosts needs {max(args.hosts)}")
+    return hosts
+
+
+def run_bench(hosts: Hosts, args: argparse.Namespace, work: Path) -> list[tuple[Any, ...]]:
+    """Provision if asked, check the hosts, measure every host count."""
+    names = hosts.names[: max(args.hosts)]
+    if args.provision:
+        provision(hosts.inventory, work, args.provision_timeout)
+    say(f"checking {', '.join(names)}: reachable, provisioned, no trainer running")
+    hosts.check_ready(names)
+    stray = hosts.trainer_procs(names)
+    if stray:
+        raise BenchError(f"trainer processes already running (the master port would clash): {stray}")
+    return measure(hosts, args, work)
+
+
+def print_table(rows: list[tuple[Any, ...]]) -> None:
+    """Print the results as a Markdown table."""
+    header = (
+        "hosts",
+        "launcher: started",
+        "(`run` returned)",
+        "(start playbook)",
+        "launcher: first step",
+        "by hand: started",
+        "by hand: first step",
     )
-    if out.returncode != 0:
-        raise RuntimeError(out.stdout[-4000:])
+    print("\n| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for n, ls, lr, lp, lf, hs, hf in rows:
+        print(f"| {n} | {ls:.1f} s | {lr:.1f} s | {lp:.1f} s | {lf:.1f} s | {hs:.1f} s | {hf:.1f} s |")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hosts", type=int, nargs="+", default=[2, 4], help="host counts (default 2 4)")
     parser.add_argument("--rig-id", type=int, default=8)
-    parser.add_argument("--provision", action="store_true", help="rig up + provision.yml first")
+    parser.add_argument("--provision", action="store_true", help="run provision.yml on the hosts first")
     parser.add_argument("-i", "--inventory", type=Path, help="use these provisioned hosts instead of the rig")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--down", action="store_true", help="rig down --purge at the end (rig hosts only)")
+    parser.add_argument("--start-timeout", type=float, default=900, help="deadline of `run --detach`, s")
+    parser.add_argument("--step-timeout", type=float, default=900, help="deadline of the first step, s")
+    parser.add_argument("--provision-timeout", type=float, default=7200)
     args = parser.parse_args()
-    rows = []
-    env = {**os.environ, "RIG_ID": str(args.rig_id)}
-    for n in args.hosts:
-        if args.inventory:
-            inventory = args.inventory
-        else:
-            up = sh([str(RIG), "up", str(n)], env=env, timeout=600)
-            if up.returncode:
-                raise RuntimeError(up.stderr)
-            inventory = Path(sh([str(RIG), "inventory"], env=env).stdout.strip())
-            if args.provision:
-                provision(inventory)
-        hosts = Hosts(inventory)
-        for _ in range(args.repeat):
-            with tempfile.TemporaryDirectory() as tmp:
-                runs = Path(tmp) / "runs"
-                runs.mkdir()
-                l_start, l_first, run_id = bench_launcher(hosts, runs, Path(tmp))
-                h_start, h_first = bench_by_hand(hosts, run_id)
-            rows.append((len(hosts.names), l_start, l_first, h_start, h_first))
-            print(
-                f"{len(hosts.names)} hosts: launcher started {l_start:.1f} s first step {l_first:.1f} s | "
-                f"by hand started {h_start:.1f} s first step {h_first:.1f} s",
-                flush=True,
+    if min(args.hosts) < 1:
+        parser.error("--hosts: counts must be >= 1")
+    work = Path(tempfile.mkdtemp(prefix="mift-launch-bench-"))
+    say(f"work dir {work}")
+    hosts: Hosts | None = None
+    rc = 0
+    try:
+        hosts = open_hosts(args)
+        print_table(run_bench(hosts, args, work))
+    except (BenchError, KeyboardInterrupt) as err:
+        say(f"error: {err}" if isinstance(err, BenchError) else "interrupted")
+        rc = 1
+    finally:
+        if hosts is not None:
+            rc = max(rc, final_check(hosts, hosts.names[: max(args.hosts)]))
+        if args.down and args.inventory is None:
+            subprocess.run(
+                [str(RIG), "down", "--purge"],
+                env={**os.environ, "RIG_ID": str(args.rig_id)},
+                stdin=subprocess.DEVNULL,
+                timeout=300,
+                check=False,
             )
-    header = ("hosts", "launcher: started", "launcher: first step", "by hand: started", "by hand: first step")
-    print("\n| " + " | ".join(header) + " |")
-    print("|---|---|---|---|---|")
-    for n, ls, lf, hs, hf in rows:
-        print(f"| {n} | {ls:.1f} s | {lf:.1f} s | {hs:.1f} s | {hf:.1f} s |")
+            say(f"rig {args.rig_id}: down --purge")
+    say(f"logs: {work}")
+    return rc
+
+
+def final_check(hosts: Hosts, names: list[str]) -> int:
+    """Say whether any trainer process is left on the hosts (0: none)."""
+    try:
+        left = hosts.trainer_procs(names)
+    except BenchError as err:
+        say(f"final check failed: {err}")
+        return 1
+    if left:
+        say(f"error: trainer processes left: {json.dumps(left)}")
+        return 1
+    say(f"no trainer process left on {', '.join(names)}")
     return 0
 
 
