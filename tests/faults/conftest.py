@@ -6,7 +6,8 @@ what it observed; at the end of the session the records, with each test's outcom
 ``FAULTS_RESULTS`` (default ``.cache/faults/results.json``), which ``tools/fault_table.py`` renders into
 ``docs/faults.md``.
 
-Development only: ``FAULTS_KEEP_RIG=1`` reuses rig 6 when it is up and provisioned and leaves it up.
+``FAULTS_KEEP_RIG=1`` reuses the rig (``FAULTS_RIG_ID``, default 6) when it is up and provisioned and
+leaves it up: for development, and in CI to take over the rig the launcher e2e stage provisioned.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "corpus"
-RIG_ID = 6
+RIG_ID = int(os.environ.get("FAULTS_RIG_ID", "6"))  # CI: the rig the e2e stage left up
 HOSTS = (1, 2)
 RESULTS = Path(os.environ.get("FAULTS_RESULTS") or REPO / ".cache" / "faults" / "results.json")
 KEEP_RIG = os.environ.get("FAULTS_KEEP_RIG", "") not in ("", "0")

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from types import ModuleType
 
 REPO = Path(__file__).parents[2]
-RIG_ID = 5
+# rig 5 by default; CI hands the provisioned rig on to the faults suite (see .ci/run)
+RIG_ID = int(os.environ.get("LAUNCHER_E2E_RIG_ID", "5"))
+KEEP_RIG = os.environ.get("LAUNCHER_E2E_KEEP_RIG") == "1"
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 SEED_JSON = REPO / "tests" / "fixtures" / "bad-configs" / "ds_seed_blog.json"
 
@@ -115,13 +117,23 @@ def cluster(
 ) -> Iterator[Cluster]:
     """2 test hosts of rig 5, provisioned by provision.yml with the test-double vars and the tiny model.
 
-    ``LAUNCHER_E2E_REUSE=1`` (development only) takes rig 5 as it is: already up and provisioned.
+    ``LAUNCHER_E2E_REUSE=1`` (development only) takes the rig as it is: already up and provisioned.
+    ``LAUNCHER_E2E_KEEP_RIG=1`` brings it up and provisions it as usual but leaves it up afterwards, for the
+    faults suite to reuse (``FAULTS_RIG_ID``, ``FAULTS_KEEP_RIG``); whoever sets it takes it down.
     """
     work = tmp_path_factory.mktemp("launcher-e2e")
     runs = work / "runs"
     runs.mkdir()
     if os.environ.get("LAUNCHER_E2E_REUSE") == "1":
         yield Cluster(rig_lib.Rig(rig_id=RIG_ID, hosts=2), runs, work)
+        return
+    if KEEP_RIG:
+        rig_lib.rig_ready_or_skip()
+        kept = rig_lib.Rig(rig_id=RIG_ID, hosts=2)
+        kept.down(purge=True)
+        kept.up()
+        rig_lib.provision(kept, rig_lib.make_tiny_model(work / "tiny-llama"))
+        yield Cluster(kept, runs, work)
         return
     rig = rig_module_factory(RIG_ID, 2)
     rig_lib.provision(rig, rig_lib.make_tiny_model(work / "tiny-llama"))
