@@ -7,6 +7,7 @@ built-in lists, which is how the fallback is tested without uninstalling anythin
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.util
 import io
 import logging
@@ -50,3 +51,27 @@ def quiet_import() -> Iterator[None]:
         for handler in logger.handlers:
             if isinstance(handler, logging.StreamHandler) and handler.stream is sink:
                 handler.setStream(io.StringIO())
+
+
+def _installed(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def shipped_lists_match_installed() -> bool:
+    """Return True when the shipped key lists come from the DeepSpeed, LLaMA-Factory and transformers versions
+    installed here, so that what they reject the real classes reject too.
+
+    Reads package metadata only: nothing heavy is imported.
+    """
+    from launcher.validation.deepspeed_schema import shipped_schema as ds_schema  # noqa: PLC0415
+    from launcher.validation.llamafactory_schema import shipped_schema as lf_schema  # noqa: PLC0415
+
+    ds, lf = ds_schema(), lf_schema()
+    return (
+        _installed("deepspeed") == ds.version
+        and _installed("llamafactory") == lf.version
+        and _installed("transformers") == lf.transformers_version
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.exceptions import ConfigurationError
-from launcher.validation import rules
+from launcher.validation import backends, rules
 from launcher.validation.deepspeed import validate_deepspeed
 from launcher.validation.kinds import CONFIG_SUFFIXES, detect_kind
 from launcher.validation.llamafactory import validate_llamafactory
@@ -14,7 +14,7 @@ from launcher.validation.loading import load_config_file
 from launcher.validation.problems import ConfigKind, FileReport, Problem
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
 
 def expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
@@ -48,7 +48,32 @@ def _problems_from_error(path: str, err: ConfigurationError) -> list[Problem]:
     return problems
 
 
+def _rejected_fast(check: Callable[..., FileReport], path: Path, builtin: bool | None) -> FileReport | None:
+    """A report with errors from the shipped key lists, when they speak for the installed real classes.
+
+    Importing DeepSpeed and LLaMA-Factory (torch, transformers) takes 15-50 s on a controller; the shipped
+    lists take a second. When the real classes are selected (``builtin`` None, not forced) and the lists were
+    generated from the very versions installed, a file the lists reject is reported at once; a file they
+    accept is then checked with the real classes as before. Returns None when there is no fast answer.
+    """
+    if builtin is not None or backends.builtin_forced() or not backends.shipped_lists_match_installed():
+        return None
+    quick = check(path, builtin=True)
+    return None if quick.ok else quick
+
+
 def validate_jobspec(path: Path, *, builtin: bool | None = None) -> FileReport:
+    """Validate a job spec and the configs it names (errors the shipped lists find come back at once)."""
+    return _rejected_fast(_validate_jobspec, path, builtin) or _validate_jobspec(path, builtin=builtin)
+
+
+def validate_file(path: Path, *, builtin: bool | None = None) -> FileReport:
+    """Validate one file of any supported kind, detected from its content (errors the shipped lists find
+    come back at once)."""
+    return _rejected_fast(_validate_file, path, builtin) or _validate_file(path, builtin=builtin)
+
+
+def _validate_jobspec(path: Path, *, builtin: bool | None = None) -> FileReport:
     """Validate a job spec with :func:`launcher.jobspec.load_job_spec`, then the configs it names."""
     from launcher.jobspec import load_job_spec  # noqa: PLC0415 - the job spec model is needed only here
 
@@ -73,7 +98,7 @@ def validate_jobspec(path: Path, *, builtin: bool | None = None) -> FileReport:
     return report
 
 
-def validate_file(path: Path, *, builtin: bool | None = None) -> FileReport:
+def _validate_file(path: Path, *, builtin: bool | None = None) -> FileReport:
     """Validate one file of any supported kind (detected from its content)."""
     name = str(path)
     try:
@@ -88,7 +113,7 @@ def validate_file(path: Path, *, builtin: bool | None = None) -> FileReport:
     if kind is ConfigKind.LLAMAFACTORY:
         return validate_llamafactory(data, name, path.parent, builtin=builtin)
     if kind is ConfigKind.JOBSPEC:
-        return validate_jobspec(path, builtin=builtin)
+        return _validate_jobspec(path, builtin=builtin)
     if kind is ConfigKind.ACCELERATE:
         return FileReport(name, kind, validated=False)
     report = FileReport(name, kind)
