@@ -235,6 +235,12 @@ def launcher_cmd(job: Path, inventory: Path = INVENTORY) -> list[str]:
     return [sys.executable, "-m", "launcher", "run", str(job), "-i", str(inventory)]
 
 
+def write_results(stem: Path, text: str, payload: dict[str, Any]) -> None:
+    """Write one bench's results: ``STEM.json`` (raw) and ``STEM.md`` (the printed table)."""
+    stem.with_suffix(".json").write_text(json.dumps(payload, indent=1))
+    stem.with_suffix(".md").write_text(text + "\n")
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
@@ -534,21 +540,19 @@ def main() -> None:
         f"{table(rows, plan_json, auto_name)}"
     )
     print(text, flush=True)
-    (args.out / f"results_{args.shape}.json").write_text(
-        json.dumps(
-            {
-                "shape": args.shape,
-                "versions": versions,
-                "gpu": gpu,
-                "plan": plan_json,
-                "auto": auto_name,
-                "cpu_adam": probe,
-                "runs": rows,
-            },
-            indent=1,
-        )
+    write_results(
+        args.out / f"results_{args.shape}",
+        text,
+        {
+            "shape": args.shape,
+            "versions": versions,
+            "gpu": gpu,
+            "plan": plan_json,
+            "auto": auto_name,
+            "cpu_adam": probe,
+            "runs": rows,
+        },
     )
-    (args.out / f"results_{args.shape}.md").write_text(text + "\n")
 
 
 def launcher_main(
@@ -624,22 +628,20 @@ def launcher_main(
         + "\n".join(checks)
     )
     print(text, flush=True)
-    (args.out / f"results_launcher_{args.shape}.json").write_text(
-        json.dumps(
-            {
-                "shape": args.shape,
-                "versions": versions,
-                "gpu": gpu,
-                "plan": plan_json,
-                "auto": auto_name,
-                "cpu_adam_prebuild": build,
-                "runs": rows,
-                "checks": checks,
-            },
-            indent=1,
-        )
+    write_results(
+        args.out / f"results_launcher_{args.shape}",
+        text,
+        {
+            "shape": args.shape,
+            "versions": versions,
+            "gpu": gpu,
+            "plan": plan_json,
+            "auto": auto_name,
+            "cpu_adam_prebuild": build,
+            "runs": rows,
+            "checks": checks,
+        },
     )
-    (args.out / f"results_launcher_{args.shape}.md").write_text(text + "\n")
 
 
 if __name__ == "__main__":
