@@ -7,6 +7,7 @@ built-in lists, which is how the fallback is tested without uninstalling anythin
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import importlib.util
 import io
@@ -60,6 +61,7 @@ def _installed(dist: str) -> str | None:
         return None
 
 
+@functools.cache
 def shipped_lists_match_installed() -> bool:
     """Return True when the shipped key lists come from the DeepSpeed, LLaMA-Factory and transformers versions
     installed here, so that what they reject the real classes reject too.
