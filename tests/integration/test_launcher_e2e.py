@@ -127,15 +127,13 @@ def cluster(
     if os.environ.get("LAUNCHER_E2E_REUSE") == "1":
         yield Cluster(rig_lib.Rig(rig_id=RIG_ID, hosts=2), runs, work)
         return
-    if KEEP_RIG:
+    if KEEP_RIG:  # up as usual, but no teardown: the faults stage takes it over
         rig_lib.rig_ready_or_skip()
-        kept = rig_lib.Rig(rig_id=RIG_ID, hosts=2)
-        kept.down(purge=True)
-        kept.up()
-        rig_lib.provision(kept, rig_lib.make_tiny_model(work / "tiny-llama"))
-        yield Cluster(kept, runs, work)
-        return
-    rig = rig_module_factory(RIG_ID, 2)
+        rig = rig_lib.Rig(rig_id=RIG_ID, hosts=2)
+        rig.down(purge=True)
+        rig.up()
+    else:
+        rig = rig_module_factory(RIG_ID, 2)
     rig_lib.provision(rig, rig_lib.make_tiny_model(work / "tiny-llama"))
     yield Cluster(rig, runs, work)
 
