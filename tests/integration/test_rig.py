@@ -5,10 +5,23 @@ Uses RIG_ID=1. Needs root and ``tools/testhosts/rig setup``.
 
 from __future__ import annotations
 
+import importlib.util
+import ipaddress
+import json
+import os
 import re
+import shlex
+import socket
+import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import ModuleType
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -19,6 +32,7 @@ RIG_ID = 1
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+HOSTCONFIG = REPO_ROOT / "tools" / "testhosts" / "hostconfig.py"
 
 
 def _wait_no_leftovers(rig_lib, rig_id: int, seconds: float = 10) -> list[str]:
@@ -66,23 +80,214 @@ def test_hosts_reach_each_other_by_name_and_ip(rig_factory) -> None:
     assert rig.ssh(3, fetch + f"http://{rig.ip(2)}:8000/token").stdout.strip() == token
 
 
+def _hostconfig() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("hostconfig", HOSTCONFIG)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("hostconfig", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _resolve_on_controller(names: list[str], seconds: float = 10) -> dict[str, list[str]]:
+    """The controller's addresses for each name (at most 2 each; none where it does not resolve in time)."""
+
+    def lookup(name: str) -> list[str]:
+        try:
+            infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+        except OSError:
+            return []
+        return list(dict.fromkeys(str(info[4][0]) for info in infos))[:2]
+
+    pool = ThreadPoolExecutor(max_workers=max(1, len(names)))
+    futures = {name: pool.submit(lookup, name) for name in names}
+    done, _ = wait(futures.values(), timeout=seconds)
+    pool.shutdown(wait=False, cancel_futures=True)
+    return {name: f.result() if f in done else [] for name, f in futures.items()}
+
+
+# connect to each HOST:PORT of argv at once (each bounded by a 5 s timeout); print JSON
+_PROBE = """
+import errno, json, socket, sys, time
+from concurrent.futures import ThreadPoolExecutor
+def probe(target):
+    host, port = target.rsplit(":", 1)
+    t0 = time.monotonic()
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        resolved = True
+    except socket.gaierror:
+        resolved = False
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        connect = "CONNECTED"
+    except TimeoutError:
+        connect = "TIMEOUT"
+    except socket.gaierror:
+        connect = "NORESOLVE"
+    except OSError as e:
+        connect = errno.errorcode.get(e.errno, str(e))
+    return target, {"resolved": resolved, "connect": connect, "seconds": round(time.monotonic() - t0, 2)}
+with ThreadPoolExecutor(len(sys.argv) - 1) as pool:
+    print(json.dumps(dict(pool.map(probe, sys.argv[1:]))))
+"""
+
+
 def test_hosts_have_no_route_out(rig_factory) -> None:
     rig = rig_factory(RIG_ID, 1)
     route = rig.ssh(1, "ip route show default").stdout
     assert f"via {rig.net}.254" in route, route
-    # 192.0.2.1 is TEST-NET-1 (RFC 5737): never routed; the packet cannot leave the bridge anyway
-    probe = (
-        "python3 -c 'import errno, socket\n"
-        "try:\n"
-        '    socket.create_connection(("192.0.2.1", 80), timeout=8); print("CONNECTED")\n'
-        'except TimeoutError: print("TIMEOUT")\n'
-        "except OSError as e: print(errno.errorcode.get(e.errno, e))\n"
-        "'"
+    # the places rig setup downloads from, as the controller's apt and pip configuration names them
+    hostconfig = _hostconfig()
+    urls = hostconfig.controller_urls(os.environ, os.environ.get("RIG_PIP_PYTHON", "python3"))
+    endpoints = hostconfig.network_endpoints(urls)
+    names = [host for host, _ in endpoints if not _is_address(host)]
+    addresses = _resolve_on_controller(names)
+    targets = [f"{host}:{port}" for host, port in endpoints]
+    targets += [f"{a}:{port}" for host, port in endpoints for a in addresses.get(host, [])]
+    targets.append("192.0.2.1:80")  # TEST-NET-1 (RFC 5737): never routed anywhere
+    targets = list(dict.fromkeys(targets))
+    command = "python3 -c " + shlex.quote(_PROBE) + " " + " ".join(shlex.quote(t) for t in targets)
+    found = json.loads(rig.ssh(1, command, timeout=60).stdout)
+    print(f"outside targets from {urls}: {json.dumps(found, indent=1)}")
+    assert set(found) == set(targets)
+    for target, result in found.items():
+        host = target.rsplit(":", 1)[0]
+        assert result["seconds"] < 10, f"{target} from host1: took {result['seconds']} s"
+        if _is_address(host):
+            # no route: the ARP request for the absent gateway gets no answer
+            assert result["connect"] in {"EHOSTUNREACH", "ENETUNREACH", "TIMEOUT"}, (
+                f"{target} from host1: {result}"
+            )
+        else:
+            assert (result["resolved"], result["connect"]) == (False, "NORESOLVE"), (
+                f"{target} from host1: {result}"
+            )
+            assert rig.ssh(1, f"getent hosts {shlex.quote(host)}", check=False).returncode != 0, host
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+class _RecordingServer(ThreadingHTTPServer):
+    """A stand-in mirror and index on 127.0.0.1: records the paths asked for and answers 404.
+
+    A Debian mirror request (``/dists/``) is answered only once an index request came (at most 60 s later), so
+    that both of rig setup's parallel downloads are seen before debootstrap's failure ends the setup.
+    """
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _RecordingHandler)
+        self.paths: list[str] = []
+        self.index_asked = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    server: _RecordingServer
+
+    def do_GET(self) -> None:
+        self.server.paths.append(self.path)
+        if "/dists/" in self.path:
+            self.server.index_asked.wait(60)
+        else:
+            self.server.index_asked.set()
+        self.send_error(404)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recording_server() -> Iterator[_RecordingServer]:
+    server = _RecordingServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _setup_env(rig_home: Path, **extra: str) -> dict[str, str]:
+    """rig setup's environment: a fresh RIG_HOME, no pip configuration files nor PIP_/RIG_ variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "RIG_"))}
+    return env | {"RIG_ID": str(RIG_ID), "RIG_HOME": str(rig_home), "PIP_CONFIG_FILE": os.devnull} | extra
+
+
+@pytest.mark.parametrize("how", ["configuration", "override"])
+def test_setup_downloads_from_the_configured_mirror_and_index(
+    rig_lib, tmp_path: Path, recording_server: _RecordingServer, how: str
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("rig setup needs root")
+    url = recording_server.url
+    parts = tmp_path / "sources.list.d"
+    parts.mkdir()
+    # a disabled and a security stanza first: neither may be taken
+    (parts / "controller.sources").write_text(
+        "Types: deb\nURIs: http://192.0.2.7/debian\nSuites: bookworm\nEnabled: no\n\n"
+        f"Types: deb\nURIs: {url}/security/debian-security\nSuites: bookworm-security\n\n"
+        "# the controller's mirror\n"
+        f"Types: deb\nURIs: {url}/configured/debian\nSuites: bookworm bookworm-updates\n"
     )
-    result = rig.ssh(1, probe, timeout=60).stdout.strip()
-    assert result in {"EHOSTUNREACH", "ENETUNREACH"}, f"connect to 192.0.2.1 from host1 gave {result!r}"
-    # no DNS either
-    assert rig.ssh(1, "getent hosts deb.debian.org", check=False).returncode != 0
+    sources = {"RIG_APT_SOURCES_LIST": str(tmp_path / "sources.list"), "RIG_APT_SOURCES_DIR": str(parts)}
+    if how == "configuration":
+        # PIP_INDEX_URL is pip configuration (pip config list shows it as :env:.index-url)
+        env = _setup_env(tmp_path / "rig", **sources, PIP_INDEX_URL=f"{url}/configured/simple/")
+        mirror, index = f"{url}/configured/debian", f"{url}/configured/simple/"
+        origins = (f"{parts}/controller.sources:11", "pip config :env:.index-url")
+    else:
+        mirror, index = f"{url}/override/debian", f"{url}/override/simple/"
+        env = _setup_env(
+            tmp_path / "rig",
+            **sources,
+            PIP_INDEX_URL=f"{url}/configured/simple/",
+            RIG_MIRROR=mirror,
+            RIG_INDEX_URL=index,
+        )
+        origins = ("RIG_MIRROR", "RIG_INDEX_URL")
+    proc = rig_lib.run([str(rig_lib.RIG), "setup"], env=env, check=False, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "rig: debootstrap failed" in proc.stderr, (
+        out
+    )  # the stand-in has no archive
+    assert f"debian mirror: {mirror} (from {origins[0]})" in out, out
+    assert f"python index: {index} (from {origins[1]})" in out, out
+    assert f"debootstrap bookworm (plain) from {mirror}" in out, out
+    mirror_path, index_path = (urlsplit(u).path for u in (mirror, index))
+    asked = list(recording_server.paths)
+    assert any(p.startswith(f"{mirror_path}/dists/bookworm/") for p in asked), asked
+    assert any(p.startswith(index_path) for p in asked), asked
+    assert all(p.startswith((mirror_path, index_path)) for p in asked), asked
+
+
+def test_setup_without_any_mirror_is_one_line(rig_lib, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("rig setup needs root")
+    env = _setup_env(
+        tmp_path / "rig",
+        RIG_APT_SOURCES_LIST=str(tmp_path / "absent.list"),
+        RIG_APT_SOURCES_DIR=str(tmp_path),
+    )
+    proc = rig_lib.run([str(rig_lib.RIG), "setup"], env=env, check=False, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
+        "rig: mirror: no Debian mirror for bookworm"
+    ), proc.stderr
+    assert "RIG_MIRROR=" in proc.stderr and str(tmp_path / "absent.list") in proc.stderr
+    assert not (tmp_path / "rig").exists(), "setup started building before it knew its mirror"
 
 
 def test_ansible_ping_over_rig_inventory(rig_factory) -> None:
