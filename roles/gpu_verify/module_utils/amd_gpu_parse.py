@@ -415,9 +415,10 @@ def _parse_amd_smi_table(text: str) -> list[Gpu]:
         head = re.match(r"^\|\s*([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.\d)\s+(.+?)\s*\|", first)
         if not head:
             continue
-        ids = re.match(r"^\|\s*(\d+)\s+\S+\s+\S+\s+(\w+)/(\w+)\s*\|", second)
+        # Partition-Mode is "SPX/NPS1", or "N/A" on the secondary partitions of a partitioned GPU
+        ids = re.match(r"^\|\s*(\d+)\s+\S+\s+\S+\s+(?:(\w+)/(\w+)|N/A)\s*\|", second)
         gpu = Gpu(index=int(ids.group(1)) if ids else len(gpus), product=head.group(2), sources=["amd-smi"])
-        if ids:
+        if ids and ids.group(2):
             gpu.compute_partition, gpu.memory_partition = ids.group(2).upper(), ids.group(3).upper()
         temp = re.search(r"(\d+(?:\.\d+)?)\s*°C", first)
         gpu.temperature_c = float(temp.group(1)) if temp else None
