@@ -116,7 +116,11 @@ NEGATIVE_CAPTURES: list[tuple[str, p.Expectation, str]] = [
         p.Expectation(count=3, arch=None, products=None),
         "VRAM 31.27 GiB",
     ),
-    ("rocm-smi/NEG_mi210_x8_rocmblogs_affinity2_concise.txt", FULL, "arch gfx90a (AMD Instinct MI210), expected gfx942"),
+    (
+        "rocm-smi/NEG_mi210_x8_rocmblogs_affinity2_concise.txt",
+        FULL,
+        "arch gfx90a (AMD Instinct MI210), expected gfx942",
+    ),
     ("rocm-smi/NEG_mi210_x1_rocmblogs_chatglm_showproductname.txt", FULL, "arch gfx90a"),
     ("rocm-smi/NEG_mi250_x2_rocmblogs_llama2-lora_showproductname.txt", FULL, "arch gfx90a"),
     ("amd-smi/NEG_mi210_x2_amdsmi-issue38_static-asic.txt", p.Expectation(count=2), "arch gfx90a"),
@@ -210,8 +214,8 @@ def test_mi250x_failure_line_is_exact() -> None:
     assert failures[0] == (
         "host1: GPU 0: arch gfx90a (AMD Instinct MI250X), expected gfx942 (likely cause: a GPU of another "
         "generation; code objects built for gfx942 (torch, flash-attn, DeepSpeed ops) fail on it with "
-        "hipErrorNoBinaryForGPU; fix: use nodes with gfx942 GPUs, or set gpu_verify_expected_arch if this node "
-        "is meant to differ)"
+        "hipErrorNoBinaryForGPU; fix: use nodes with gfx942 GPUs, or set gpu_verify_expected_arch if this "
+        "node is meant to differ)"
     )
     assert not any("is not an MI300X" in line for line in failures)
     assert "host1: GPU 2-7: same arch failure (6 more GPUs)" in failures

@@ -807,14 +807,14 @@ def read_rocminfo(text: str) -> list[Gpu]:
     """GPU agents of a complete rocminfo run; raises :class:`ToolOutputError` for output that stops before
     rocminfo's closing line (cut short, or an HSA call failed part-way)."""
     text = clean_output(text)
-    if "HSA Agents" not in text:
-        raise ToolOutputError(f"no 'HSA Agents' section (first line: {_first_line(text, 80)!r})")
     gpus = parse_rocminfo(text)
     if ROCMINFO_DONE not in text:
         raise ToolOutputError(
             f"cut short: the output ends after {len(gpus)} GPU agents without rocminfo's closing "
             f"'{ROCMINFO_DONE}' line"
         )
+    if "HSA Agents" not in text:
+        raise ToolOutputError(f"no 'HSA Agents' section (first line: {_first_line(text, 80)!r})")
     return gpus
 
 
