@@ -19,7 +19,7 @@ REPO=$RIG_HOME/repo                   # served on http://controller:8080/ (debs/
 SSH_KEY=$RIG_HOME/ssh/id_ed25519
 SSH_CFG=$RIG_HOME/ssh/config
 HTTP_PORT=8080
-PROFILES=(mi300x mi300x-vf mi300x-cpx mi250x mi210)
+PROFILES=(mi300x mi300x-vf mi300x-cpx mi250x mi210 mi300x-rocminfo4 mi300x-amdsmi-cut)
 DEFAULT_PROFILE=mi300x
 MAX_HOSTS=50
 

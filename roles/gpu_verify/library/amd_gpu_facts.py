@@ -7,11 +7,16 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: amd_gpu_facts
-short_description: Inventory and verify AMD GPUs with rocminfo, rocm-smi and amd-smi
+short_description: Inventory and verify AMD GPUs; rocminfo decides, rocm-smi and amd-smi are cross-checked
 description:
-  - Runs C(rocminfo) (required), C(rocm-smi), C(rocm-smi --showmeminfo vram) and C(amd-smi static --json)
-    (falling back to C(amd-smi list)) from O(rocm_bin) where present, parses them with the
-    C(amd_gpu_parse) module_utils and checks the GPUs against the expectation.
+  - Runs C(rocminfo) (required), C(rocm-smi), C(rocm-smi --showmeminfo vram) and
+    C(amd-smi static --asic --vram --partition --json) from O(rocm_bin) where present and verifies the node
+    with the C(amd_gpu_parse) module_utils (C(verify_node)).
+  - rocminfo (the HSA runtime's view, what PyTorch sees) decides the GPU count and the arch of each GPU agent.
+    rocm-smi and amd-smi must agree with it on the count, VRAM, partition mode and VF status.
+  - Output that is cut short or does not parse rejects the node, naming the tool, the command and the parse
+    error. So does any disagreement between the tools. A cross-check tool that is not installed (or exits 127)
+    is skipped and recorded in RV(tools).
   - Never fails on a GPU mismatch; returns one-line messages in RV(failures) so that the caller can record
     the result before asserting. Read-only, so it runs in check mode.
 options:
@@ -37,10 +42,11 @@ options:
     description: Number of GPUs (logical devices) expected on the node.
     type: int
     default: 8
-  expected_product:
-    description: Product name (word) every GPU must carry.
-    type: str
-    default: MI300X
+  allowed_products:
+    description: Products allowed; a GPU passes when one entry is a whole word of its product name.
+    type: list
+    elements: str
+    default: [MI300X]
   allow_vf:
     description: Accept SR-IOV virtual functions.
     type: bool
@@ -90,7 +96,7 @@ table:
   type: str
   returned: always
 tools:
-  description: Per command, its return code and first error line.
+  description: Per command, its return code, the GPUs it listed and its error ("not installed" when skipped).
   type: dict
   returned: always
 tools_missing:
@@ -105,27 +111,28 @@ from typing import Any
 
 from ansible.module_utils.amd_gpu_parse import (
     Expectation,
-    Gpu,
-    check,
+    ToolRun,
     format_table,
-    merge,
-    parse_amd_smi,
-    parse_rocm_smi,
-    parse_rocminfo,
+    verify_node,
 )
 from ansible.module_utils.basic import AnsibleModule
 
 CHECKS = ["arch", "count", "product", "vf", "partition", "vram"]
+# Environment variables that hide GPUs from ROCm programs (ROCm docs, "GPU isolation techniques").
+VISIBILITY_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("rocminfo", ()),
+    ("rocm-smi", ()),
+    ("rocm-smi", ("--showmeminfo", "vram")),
+    # ROCm 7 amd-smi prints the partition only when asked (-p/--partition, amd-smi CHANGELOG for 7.0.0)
+    ("amd-smi", ("static", "--asic", "--vram", "--partition", "--json")),
+)
 
 
 def _run(module: AnsibleModule, argv: list[str]) -> tuple[int, str, str]:
-    """Run a read-only probe; LC_ALL=C keeps decimal points stable. Bound it with the task's timeout."""
+    """Run a read-only probe; LC_ALL=C keeps decimal points stable."""
     rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"}, check_rc=False)
     return int(rc), str(out), str(err)
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def main() -> None:
@@ -136,7 +143,7 @@ def main() -> None:
             "checks": {"type": "list", "elements": "str", "choices": CHECKS, "default": CHECKS},
             "expected_arch": {"type": "str", "default": "gfx942"},
             "expected_count": {"type": "int", "default": 8},
-            "expected_product": {"type": "str", "default": "MI300X"},
+            "allowed_products": {"type": "list", "elements": "str", "default": ["MI300X"]},
             "allow_vf": {"type": "bool", "default": False},
             "expected_partition": {"type": "str", "default": "SPX"},
             "min_vram_gib": {"type": "float", "default": 190.0},
@@ -146,73 +153,44 @@ def main() -> None:
     params: dict[str, Any] = module.params
     host: str = params["host"]
     checks: list[str] = params["checks"]
-    rocm_bin: str = params["rocm_bin"]
-    tools: dict[str, dict[str, Any]] = {}
-    result: dict[str, Any] = {"changed": False, "tools": tools, "tools_missing": False}
+    rocm_bin = Path(params["rocm_bin"])
 
-    rocminfo = str(Path(rocm_bin) / "rocminfo")
-    if not os.access(rocminfo, os.X_OK):
-        result.update(
+    if not os.access(rocm_bin / "rocminfo", os.X_OK):
+        module.exit_json(
+            changed=False,
             gpus=[],
             inventory=[],
             count=0,
             verified=False,
+            tools={"rocminfo": {"rc": None, "error": "not installed"}},
             tools_missing=True,
             table=f"{host}: rocminfo not installed",
             failures=[
-                f"{host}: rocminfo not found at {rocminfo} (likely cause: the rocm role has not run here, "
-                "or rocm_packages lacks rocminfo)"
+                f"{host}: rocminfo not found at {rocm_bin / 'rocminfo'} (likely cause: the rocm role has "
+                "not run here, or rocm_packages lacks rocminfo; fix: run playbooks/rocm.yml)"
             ],
         )
-        module.exit_json(**result)
 
-    sources: list[list[Gpu]] = []
-    failures: list[str] = []
-    rocm_smi, amd_smi = str(Path(rocm_bin) / "rocm-smi"), str(Path(rocm_bin) / "amd-smi")
-    commands: list[tuple[str, list[str], Any]] = [
-        ("rocminfo", [rocminfo], parse_rocminfo),
-        ("rocm-smi", [rocm_smi], parse_rocm_smi),
-        ("rocm-smi --showmeminfo vram", [rocm_smi, "--showmeminfo", "vram"], parse_rocm_smi),
-        ("amd-smi static --json", [amd_smi, "static", "--json"], parse_amd_smi),
-        ("amd-smi list", [amd_smi, "list"], parse_amd_smi),
-    ]
-    amd_smi_json_ok = False
-    for name, argv, parser in commands:
-        if name == "amd-smi list" and amd_smi_json_ok:
+    runs: list[ToolRun] = []
+    for tool, args in COMMANDS:
+        command = " ".join((tool, *args))
+        binary = rocm_bin / tool
+        if not os.access(binary, os.X_OK):
+            runs.append(ToolRun(tool, command, None))
             continue
-        if not os.access(argv[0], os.X_OK):
-            tools[name] = {"rc": None, "error": "not installed"}
-            continue
-        rc, out, err = _run(module, argv)
-        tools[name] = {"rc": rc, "error": _first_line(err) if rc else ""}
-        if rc != 0:
-            if name == "rocminfo":
-                failures.append(
-                    f"{host}: rocminfo failed (rc {rc}): {_first_line(err) or _first_line(out)} "
-                    "(likely cause: amdgpu not loaded, or the user is not in the render/video groups)"
-                )
-            continue
-        try:
-            parsed = parser(out)
-        except ValueError as exc:  # malformed JSON from a broken amd-smi
-            tools[name]["error"] = f"unparsable output: {exc}"
-            continue
-        tools[name]["gpus"] = len(parsed)
-        sources.append(parsed)
-        if name == "amd-smi static --json" and parsed:
-            amd_smi_json_ok = True
+        rc, out, err = _run(module, [str(binary), *args])
+        runs.append(ToolRun(tool, command, rc, out, err))
 
-    gpus = merge(*sources)
     expect = Expectation(
         arch=params["expected_arch"] if "arch" in checks else None,
         count=params["expected_count"] if "count" in checks else None,
-        product=params["expected_product"] if "product" in checks else None,
+        products=tuple(params["allowed_products"]) if "product" in checks else None,
         allow_vf=params["allow_vf"] or "vf" not in checks,
         partition=params["expected_partition"] if "partition" in checks else None,
         min_vram_gib=params["min_vram_gib"] if "vram" in checks else None,
     )
-    if not failures:
-        failures = check(host, gpus, expect)
+    visible = {key: os.environ[key] for key in VISIBILITY_ENV if key in os.environ}
+    verdict = verify_node(host, runs, expect, visible_env=visible)
     stable = (
         "index",
         "arch",
@@ -223,15 +201,17 @@ def main() -> None:
         "memory_partition",
         "vram_gib",
     )
-    result.update(
-        gpus=[g.as_dict() for g in gpus],
-        inventory=[{key: g.as_dict()[key] for key in stable} for g in gpus],
-        count=len(gpus),
-        failures=failures,
-        verified=not failures,
-        table=format_table(host, gpus),
+    module.exit_json(
+        changed=False,
+        tools=verdict.tools,
+        tools_missing=False,
+        gpus=[g.as_dict() for g in verdict.gpus],
+        inventory=[{key: g.as_dict()[key] for key in stable} for g in verdict.gpus],
+        count=len(verdict.gpus),
+        failures=verdict.failures,
+        verified=not verdict.failures,
+        table=format_table(host, verdict.gpus),
     )
-    module.exit_json(**result)
 
 
 if __name__ == "__main__":

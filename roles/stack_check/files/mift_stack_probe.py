@@ -1,7 +1,10 @@
 """Probe the node Python stack and print one JSON object (stack_check role; run with the venv python).
 
 Reports torch (version, cuda available, HIP/CUDA versions, device count), the versions of the stack's
-distributions (None when absent), whether the imports work, and DeepSpeed's installed ops.
+distributions (None when absent), whether the imports work, and DeepSpeed's installed ops. With
+``--gpu-matmul`` (ROCm and CUDA nodes) it also multiplies a 512x512 float32 matrix on every visible GPU and
+compares the result with the CPU's, so that a GPU torch lists but cannot run kernels on is found before the
+first job.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ import platform
 import sys
 import warnings
 from typing import Any
+
+MATMUL_SIZE = 512
+MATMUL_TOLERANCE = 1e-2  # TF32/rocBLAS vs CPU float32 sums of 512 products of N(0,1) values
 
 DISTS = (
     "torch",
@@ -35,7 +41,30 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def probe() -> dict[str, Any]:
+def gpu_matmul(torch: Any) -> list[dict[str, Any]]:  # noqa: ANN401 - the torch module
+    """One small matmul per visible GPU, checked against the CPU result; never raises."""
+    results: list[dict[str, Any]] = []
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(MATMUL_SIZE, MATMUL_SIZE, generator=generator)
+    want = a @ a
+    for index in range(int(torch.cuda.device_count())):
+        entry: dict[str, Any] = {"device": index, "name": None, "ok": False, "error": None}
+        try:
+            entry["name"] = torch.cuda.get_device_name(index)
+            device = torch.device("cuda", index)
+            got = (a.to(device) @ a.to(device)).cpu()
+            torch.cuda.synchronize(device)
+            diff = float((got - want).abs().max())
+            entry["ok"] = diff <= MATMUL_TOLERANCE * float(want.abs().max())
+            if not entry["ok"]:
+                entry["error"] = f"result differs from the CPU's by {diff:.3g}"
+        except Exception as exc:  # a broken GPU raises HIP/CUDA errors of many types
+            entry["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        results.append(entry)
+    return results
+
+
+def probe(*, matmul: bool = False) -> dict[str, Any]:
     """Collect the stack's state."""
     warnings.filterwarnings("ignore")
     import torch  # noqa: PLC0415  (imported here so the probe reports, not crashes)
@@ -47,6 +76,7 @@ def probe() -> dict[str, Any]:
         "hip": getattr(torch.version, "hip", None),
         "cuda": torch.version.cuda,
         "device_count": int(torch.cuda.device_count()),
+        "gpu_matmul": gpu_matmul(torch) if matmul and torch.cuda.is_available() else [],
         "versions": {dist: _version(dist.replace("_", "-")) or _version(dist) for dist in DISTS},
         "imports": {},
     }
@@ -74,5 +104,5 @@ def probe() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    json.dump(probe(), sys.stdout, sort_keys=True)
+    json.dump(probe(matmul="--gpu-matmul" in sys.argv[1:]), sys.stdout, sort_keys=True)
     sys.stdout.write("\n")

@@ -49,17 +49,39 @@ PROFILE_FILE = "/etc/mift-testdouble/gpu-profile"
 
 # profile -> {command key: (capture, part)}; part: None = whole file, 1/2 = first/second rocm-smi
 # report of a capture that holds `rocm-smi && rocm-smi --showmeminfo vram`, "tail" = without line 1.
+# A command a profile has no capture for exits 127, as a missing command does (the gpu_verify module then
+# records the tool as not installed). Files under derived/ are real captures with one documented change
+# (tests/fixtures/gpu-tools/INDEX.md section 9).
+_AMD_SMI_STATIC = "amd-smi_static_--asic_--vram_--partition_--json"  # what gpu_verify runs on ROCm 7
+_MI300X: dict[str, tuple[str, int | str | None]] = {
+    "rocminfo": ("rocminfo/mi300x_x8_rocm_issue4021.txt", None),
+    "rocm-smi": ("rocm-smi/mi300x_x8_rocm_issue4021_concise.txt", None),
+    "rocm-smi_--showmeminfo_vram": ("rocm-smi/mi300x_spx_x8_issue4750_concise_and_vram.txt", 2),
+    "amd-smi_list": ("amd-smi/mi300x_x8_oci-hpc-oke_version_and_list_rocm6.1.2.txt", "tail"),
+    "amd-smi": ("rocm7/amd-smi/default_mi300x_x8_spx-nps1_rocm7.0.0_amdsmi-changelog.txt", None),
+    _AMD_SMI_STATIC: ("derived/amd-smi/static-json_mi300x_x8_spx-nps1_rocm7.txt", None),
+}
 PROFILES: dict[str, dict[str, tuple[str, int | str | None]]] = {
-    "mi300x": {
-        "rocminfo": ("rocminfo/mi300x_x8_rocm_issue4021.txt", None),
-        "rocm-smi": ("rocm-smi/mi300x_x8_rocm_issue4021_concise.txt", None),
-        "rocm-smi_--showmeminfo_vram": ("rocm-smi/mi300x_spx_x8_issue4750_concise_and_vram.txt", 2),
-        "amd-smi_list": ("amd-smi/mi300x_x8_oci-hpc-oke_version_and_list_rocm6.1.2.txt", "tail"),
-    },
+    "mi300x": _MI300X,
     "mi300x-vf": {
-        "rocminfo": ("rocminfo/mi300x_vf_x1_rocm_issue5265.txt", None),
-        "amd-smi": ("amd-smi/NEG_mi300x_vf_x1_guest_amd-smi_default.txt", None),
-        "amd-smi_list": ("amd-smi/NEG_mi300x_vf_x1_guest_amd-smi_list.txt", None),
+        "rocminfo": ("rocm7/rocminfo/NEG_rocminfo_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", None),
+        "amd-smi_static": ("rocm7/amd-smi/NEG_static_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", None),
+        "amd-smi_static_--partition": (
+            "rocm7/amd-smi/NEG_static-partition_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt",
+            None,
+        ),
+        "amd-smi_list": ("rocm7/amd-smi/NEG_list_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", None),
+        _AMD_SMI_STATIC: ("derived/amd-smi/static-json_mi300x-vf_x2_rocm7.2.4.txt", None),
+    },
+    # ROCm programs see 4 of the 8 GPUs (as with ROCR_VISIBLE_DEVICES=0,1,2,3); rocm-smi and amd-smi see 8
+    "mi300x-rocminfo4": {
+        **_MI300X,
+        "rocminfo": ("derived/rocminfo/mi300x_x8_visible4_from-issue4021.txt", None),
+    },
+    # amd-smi's JSON stops part-way (exit status 0)
+    "mi300x-amdsmi-cut": {
+        **_MI300X,
+        _AMD_SMI_STATIC: ("derived/amd-smi/static-json_mi300x_x8_cut-short.txt", None),
     },
     "mi300x-cpx": {
         "rocminfo": ("rocminfo/mi300x_cpx_partial_2agents_rocm_issue4750.txt", None),
@@ -93,8 +115,9 @@ if [ -f "$dir/$key.txt" ]; then
   cat "$dir/$key.txt"
   exit 0
 fi
-echo "ERROR: TEST DOUBLE (mift): no capture of '$tool $*' for GPU profile '$profile' ($dir/$key.txt)" >&2
-exit 2
+msg="TEST DOUBLE (mift): no capture of '$tool $*' for GPU profile '$profile' ($dir/$key.txt)"
+echo "$msg: behaves as a missing command" >&2
+exit 127
 """
 
 
