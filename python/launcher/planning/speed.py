@@ -42,16 +42,18 @@ from launcher.planning.memory import Cluster, Strategy, Workload
 EFFICIENCY = 0.34
 # Host-side seconds per decoder layer per micro-batch without DeepSpeed (fitted on the H200).
 LAYER_OVERHEAD_S = 0.0055
-# Extra host-side seconds per layer per micro-batch under each DeepSpeed strategy (fitted on the H200 runs of
-# each strategy at micro-batch 2, checkpointing on: every measured run had accumulation 1, so per-micro-batch
-# and per-step costs cannot be told apart; they are charged per micro-batch, favouring fewer micro-batches).
-# ZeRO-3's hooks run once per pass, so its overhead is scaled by passes / 3 without checkpointing.
+# Extra host-side seconds per layer per micro-batch under each DeepSpeed strategy, fitted on the H200 runs at
+# micro-batch 2 with checkpointing (ZeRO-2 on its 4 runs; one constant for the 3 ZeRO-3 variants on their 16,
+# which overlap on one GPU). Every measured run had accumulation 1, so per-micro-batch and per-step costs
+# cannot be told apart: they are charged per micro-batch (ZeRO-3's parameter hooks do run per pass), which
+# favours fewer, larger micro-batches. ZeRO-3's overhead is scaled by passes / 3 without checkpointing.
+ZERO3_LAYER_OVERHEAD_S = 0.079
 STRATEGY_LAYER_OVERHEAD_S = {
     Strategy.NONE: 0.0,
     Strategy.ZERO2: 0.020,
-    Strategy.ZERO3: 0.085,
-    Strategy.ZERO3_OFFLOAD_OPT: 0.071,
-    Strategy.ZERO3_OFFLOAD_ALL: 0.079,
+    Strategy.ZERO3: ZERO3_LAYER_OVERHEAD_S,
+    Strategy.ZERO3_OFFLOAD_OPT: ZERO3_LAYER_OVERHEAD_S,
+    Strategy.ZERO3_OFFLOAD_ALL: ZERO3_LAYER_OVERHEAD_S,
 }
 # Adam's bytes touched per trainable parameter and step (see module docstring), and achievable fractions.
 ADAM_BYTES_PER_PARAM = 36
