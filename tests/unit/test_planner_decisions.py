@@ -11,6 +11,7 @@ import yaml
 
 from launcher.exceptions import ConfigurationError
 from launcher.planning.calibration import SHAPE_3B, SHAPE_8B
+from launcher.planning.dsconfig import deepspeed_config, strategy_of_config
 from launcher.planning.hardware import H200, MI300X, accelerator_named
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Strategy, Workload, activation_bytes
 from launcher.planning.model import BUNDLED_DIR, load_shape
@@ -273,3 +274,73 @@ def test_accelerators_by_name():
     assert accelerator_named("NVIDIA H200") is H200
     with pytest.raises(ConfigurationError, match="no speed model"):
         accelerator_named("NVIDIA A100-SXM4-80GB")
+
+
+def test_applying_the_plan_to_the_yaml_keeps_the_global_batch_and_replans_to_the_same_choice():
+    train = {
+        "finetuning_type": "lora",
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 8,
+        "cutoff_len": 1024,
+    }
+    plan = plan_training_from_yaml(SHAPE_8B, train, ONE_H200, accelerator=H200)
+    applied = {**train, **plan.yaml_overrides()}
+    again = plan_training_from_yaml(SHAPE_8B, applied, ONE_H200, accelerator=H200)
+    assert again.global_batch == plan.global_batch == 16
+    assert again.choice == plan.choice
+    assert again.yaml_best == again.choice  # the YAML as rewritten is the fastest split
+    assert "already the fastest" in again.reason()
+
+
+def test_the_shortlist_for_a_probe_is_the_fastest_that_fit():
+    plan = _bench_plan(SHAPE_8B)
+    shortlist = plan.shortlist(3)
+    assert shortlist[0] == plan.choice
+    assert [(c.strategy, c.split) for c in shortlist] == [
+        (Strategy.NONE, Split(8, 2, checkpointing=False)),
+        (Strategy.NONE, Split(4, 4, checkpointing=False)),
+        (Strategy.NONE, Split(16, 1, checkpointing=True)),
+    ]
+    assert all(c.fits for c in shortlist)
+
+
+@pytest.mark.parametrize(
+    ("config", "strategy"),
+    [
+        (None, Strategy.NONE),
+        ({"zero_optimization": {"stage": 1}}, Strategy.NONE),
+        ({"zero_optimization": {"stage": 2}}, Strategy.ZERO2),
+        ({"zero_optimization": {"stage": 3}}, Strategy.ZERO3),
+        (
+            {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}},
+            Strategy.ZERO3_OFFLOAD_OPT,
+        ),
+        (
+            {
+                "zero_optimization": {
+                    "stage": 3,
+                    "offload_optimizer": {"device": "cpu"},
+                    "offload_param": {"device": "cpu"},
+                }
+            },
+            Strategy.ZERO3_OFFLOAD_ALL,
+        ),
+    ],
+)
+def test_a_pinned_deepspeed_json_maps_to_a_strategy(config, strategy):
+    assert strategy_of_config(config) is strategy
+
+
+def test_the_projects_deepspeed_configs_map_to_their_strategies():
+    names = {
+        "ds_z0.json": Strategy.NONE,
+        "ds_z2.json": Strategy.ZERO2,
+        "ds_z3.json": Strategy.ZERO3,
+        "ds_z3_offload.json": Strategy.ZERO3_OFFLOAD_ALL,
+    }
+    for name, strategy in names.items():
+        assert strategy_of_config(json.loads((ROOT / "configs/deepspeed" / name).read_text())) is strategy, (
+            name
+        )
+    for strategy in Strategy:
+        assert strategy_of_config(deepspeed_config(strategy)) is strategy

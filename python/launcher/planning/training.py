@@ -130,6 +130,11 @@ class TrainingPlan:
             return None
         return max(fitting, key=lambda c: (c.tokens_per_s, c.split == self.as_written, -_rank(c.strategy)))
 
+    def shortlist(self, count: int = 3) -> list[Candidate]:
+        """Return the ``count`` fastest candidates that fit, fastest first (what a probe should run)."""
+        fitting = [c for c in self.candidates if c.fits]
+        return sorted(fitting, key=lambda c: (-c.tokens_per_s, _rank(c.strategy)))[:count]
+
     def at_split(self, split: Split) -> list[Candidate]:
         """Return the candidates of one split, in speed-rank order of strategies."""
         return [c for c in self.candidates if c.split == split]
