@@ -274,6 +274,7 @@ def test_accelerators_by_name():
     assert accelerator_named("NVIDIA H200") is H200
     with pytest.raises(ConfigurationError, match="no speed model"):
         accelerator_named("NVIDIA A100-SXM4-80GB")
+    assert accelerator_named("no GPU", default=MI300X) is MI300X
 
 
 def test_applying_the_plan_to_the_yaml_keeps_the_global_batch_and_replans_to_the_same_choice():
