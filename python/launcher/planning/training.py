@@ -207,12 +207,13 @@ class TrainingPlan:
             )
         faster = [c for c in self.candidates if not c.fits and c.tokens_per_s > choice.tokens_per_s]
         if faster:
-            best = max(faster, key=lambda c: c.tokens_per_s)
+            # the one that comes closest to fitting says most about the limit
+            best = min(faster, key=lambda c: c.estimate.gpu_total if not c.fits_gpu else c.estimate.host)
             where = "GPU" if not best.fits_gpu else "host"
             amount = best.estimate.gpu_total if where == "GPU" else best.estimate.host
             text += (
-                f" Faster but too big: {best.describe()} ({best.tokens_per_s:,.0f} tokens/s) needs "
-                f"{amount / GIB:.1f} GiB per {where}."
+                f" Faster but too big, the closest: {best.describe()} ({best.tokens_per_s:,.0f} tokens/s) "
+                f"needs {amount / GIB:.1f} GiB per {where}."
             )
         return text + unmeasured
 
