@@ -62,3 +62,25 @@ def deepspeed_config(strategy: Strategy) -> dict[str, Any] | None:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     config["zero_optimization"] = zero
     return config
+
+
+def strategy_of_config(config: dict[str, Any] | None) -> Strategy:
+    """Return the planner strategy a DeepSpeed JSON amounts to (for planning the split of a pinned config).
+
+    No config, or ZeRO stage 0/1, is planned as ``none`` (DeepSpeed without sharded gradients holds what DDP
+    holds); stage 2 as ``zero2``; stage 3 as ``zero3`` with its ``offload_optimizer`` / ``offload_param`` to
+    ``cpu`` (NVMe offload is planned as CPU offload).
+    """
+    zero = (config or {}).get("zero_optimization") or {}
+    stage = int(zero.get("stage", 0) or 0)
+    if stage < 2:
+        return Strategy.NONE
+    if stage == 2:
+        return Strategy.ZERO2
+
+    def offloaded(key: str) -> bool:
+        return str((zero.get(key) or {}).get("device", "none")) in ("cpu", "nvme")
+
+    if offloaded("offload_param"):
+        return Strategy.ZERO3_OFFLOAD_ALL
+    return Strategy.ZERO3_OFFLOAD_OPT if offloaded("offload_optimizer") else Strategy.ZERO3

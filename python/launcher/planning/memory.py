@@ -51,6 +51,10 @@ HOST_RANK_GIB = 4.0
 # Bytes per token per vocabulary entry held by the loss: bf16 logits 2 + fp32 upcast 4 + log-softmax 4 +
 # its gradient 4.
 LOGIT_BYTES = 14
+# Bytes per head per key that eager attention keeps per token: the fp32 softmax output (4, saved by softmax
+# for its backward; transformers' eager_attention_forward upcasts to fp32) and its bf16 copy (2, saved by
+# the matmul with V).
+EAGER_ATTENTION_BYTES = 6
 # DeepSpeed ZeRO-3 knobs the planner writes (see launcher.planning.dsconfig): parameters whose next use lies
 # within this many elements stay gathered; at most this many elements are gathered ahead.
 Z3_MAX_REUSE_DISTANCE = 1_000_000_000
@@ -140,6 +144,10 @@ class Workload:
     micro_batch: int = 1
     cutoff_len: int = 2048
     gradient_checkpointing: bool = True
+    # "sdpa" (LLaMA-Factory's flash_attn auto / sdpa) and "fa2"/"fa3" keep O(seq) per token; "eager"
+    # (flash_attn: disabled) keeps each layer's attention probabilities, O(seq) per token per head.
+    attention: str = "sdpa"
+    lora_dropout: float = 0.0  # > 0: peft adds a Dropout per targeted module, which saves a mask and a copy
 
     @property
     def trainable_params(self) -> int:
@@ -194,21 +202,37 @@ class Estimate:
         return self.weights + self.gradients + self.optimizer + self.gathered_largest
 
 
-def layer_activation_bytes_per_token(m: ModelShape) -> int:
+def layer_activation_bytes_per_token(
+    m: ModelShape, *, attention: str = "sdpa", seq: int = 0, lora_dropout_modules: tuple[str, ...] = ()
+) -> int:
     """Return the bytes one decoder layer keeps per token for backward (bf16; RMSNorm saves fp32 inputs).
 
     Per token: norm outputs, q/k/v, rotary q/k, repeated k/v, attention output, residuals
     (9 x hidden + 3 x kv) and the MLP's gate, up, activation and product (4 x intermediate), at 2 B
-    each; plus the two RMSNorms' fp32 inputs (8 x hidden).
+    each; plus the two RMSNorms' fp32 inputs (8 x hidden). ``eager`` attention also keeps, per head,
+    the fp32 softmax output and its bf16 copy over ``seq`` keys (6 B x heads x seq; sdpa and
+    flash-attention recompute them in backward). Each LoRA module with dropout keeps its input's dropout
+    mask (1 B) and the dropped copy (2 B) per input feature.
     """
-    return (9 * m.hidden + 3 * m.kv_dim + 4 * m.intermediate) * 2 + 8 * m.hidden
+    per_token = (9 * m.hidden + 3 * m.kv_dim + 4 * m.intermediate) * 2 + 8 * m.hidden
+    if attention == "eager":
+        per_token += EAGER_ATTENTION_BYTES * m.heads * seq
+    shapes = m.linear_shapes()
+    per_token += sum(3 * shapes[t][0] for t in lora_dropout_modules)
+    return per_token
 
 
 def activation_bytes(w: Workload) -> float:
     """Return the activation peak of one micro-batch on one GPU."""
     tokens = w.micro_batch * w.cutoff_len
     m = w.model
-    per_layer = layer_activation_bytes_per_token(m) * tokens
+    dropout = w.lora_targets if w.finetuning == "lora" and w.lora_dropout > 0 else ()
+    per_layer = (
+        layer_activation_bytes_per_token(
+            m, attention=w.attention, seq=w.cutoff_len, lora_dropout_modules=dropout
+        )
+        * tokens
+    )
     logits = tokens * m.vocab * LOGIT_BYTES
     if w.gradient_checkpointing:
         stored = tokens * m.hidden * 2 * m.layers

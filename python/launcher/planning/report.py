@@ -8,6 +8,7 @@ from launcher.planning.memory import GIB
 
 if TYPE_CHECKING:
     from launcher.plan import Plan
+    from launcher.planning.training import TrainingPlan
 
 COLUMNS = ("strategy", "weights", "grads", "optim", "activ", "buffers", "runtime", "GPU", "host", "fits")
 
@@ -42,3 +43,59 @@ def render(plan: Plan) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     table = "\n".join(_row(r, widths) for r in rows)
     return f"{head}\n\nGiB per GPU (host: per node)\n{table}\n\n{plan.reason()}"
+
+
+TRAINING_COLUMNS = (
+    "strategy",
+    "micro-batch",
+    "accumulation",
+    "checkpointing",
+    "GPU GiB",
+    "host GiB",
+    "tokens/s",
+    "MFU",
+    "fits",
+)
+
+
+def render_training(plan: TrainingPlan, limit: int | None = 20) -> str:
+    """Return the candidate table, fastest first (at most ``limit`` rows, plus the choice and the YAML split).
+
+    Columns: strategy, micro-batch, accumulation, checkpointing, memory estimate per GPU and per host (GiB),
+    predicted tokens/s of the whole job, predicted MFU, and whether it fits; then why the choice won.
+    """
+    choice = plan.choice
+    ordered = sorted(plan.candidates, key=lambda c: -c.tokens_per_s)
+    keep = ordered if limit is None else ordered[:limit]
+    extra = [c for c in ordered if c not in keep and (c is choice or c.split == plan.as_written)]
+    shown = [c for c in ordered if c in keep or c in extra]
+    rows = [list(TRAINING_COLUMNS)]
+    for c in shown:
+        fit = "yes" if c.fits else ("no (GPU)" if not c.fits_gpu else "no (host)")
+        marks = (" <- choice" if c is choice else "") + (
+            " (YAML's split)" if c.split == plan.as_written else ""
+        )
+        rows.append(
+            [
+                c.strategy.label,
+                str(c.split.micro_batch),
+                str(c.split.accumulation),
+                "on" if c.split.checkpointing else "off",
+                f"{c.estimate.gpu_total / GIB:.1f}",
+                f"{c.estimate.host / GIB:.1f}",
+                f"{c.tokens_per_s:,.0f}",
+                f"{c.mfu:.0%}",
+                fit + marks,
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TRAINING_COLUMNS))]
+    table = "\n".join(_row(r, widths) for r in rows)
+    hidden = len(ordered) - len(shown)
+    more = f"\n({hidden} slower candidates not shown; --json lists all)" if hidden else ""
+    cl = plan.cluster
+    head = (
+        f"global batch {plan.global_batch} = micro-batch x accumulation x {cl.world} GPU(s) "
+        f"({cl.nodes} node(s) x {cl.gpus_per_node}, {cl.gpu_mem_gib:.1f} GiB each, {plan.accelerator.name}); "
+        f"cutoff_len {plan.workload.cutoff_len}; safety margin {plan.margin:.0%}"
+    )
+    return f"{head}\n\n{table}{more}\n\n{plan.reason()}"

@@ -1,0 +1,382 @@
+"""The whole training plan at the user's global batch: strategy, micro-batch, accumulation, checkpointing.
+
+The global batch (micro-batch x gradient accumulation x GPUs, from the training YAML and the cluster) is kept
+exactly; the plan only re-splits it. Every candidate (each strategy x each micro-batch that divides the
+per-GPU batch x gradient checkpointing on/off) gets a memory estimate (:mod:`launcher.planning.memory`) and a
+predicted speed (:mod:`launcher.planning.speed`); the choice is the fastest candidate whose GPU and host
+estimates, plus the safety margin, fit. Nothing that does not fit is ever chosen.
+
+Entry points for the engine and the CLI::
+
+    workload, accumulation = read_training_yaml(shape, train_yaml_dict)
+    plan = plan_training(workload, cluster, accumulation=accumulation, accelerator=MI300X)
+    plan.choice            # the chosen Candidate (None: nothing fits)
+    plan.yaml_overrides()  # per_device_train_batch_size, gradient_accumulation_steps,
+                           # disable_gradient_checkpointing for the run's training YAML
+    plan.reason()          # one paragraph: why it won, the gain over the YAML's split, what did not fit
+    plan.as_json()         # keys "strategies" and "choice" as `launcher plan --json` has them, plus the rest
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from launcher.exceptions import ConfigurationError
+from launcher.planning.dsconfig import deepspeed_config
+from launcher.planning.hardware import MI300X, Accelerator
+from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Estimate, Strategy, Workload, estimate
+from launcher.planning.model import LINEAR_MODULES, ModelShape
+from launcher.planning.speed import StepTime, achieved_efficiency, step_time
+
+SAFETY_MARGIN = 0.10  # a candidate fits when estimate x (1 + margin) <= capacity (the same as launcher.plan)
+# LLaMA-Factory's flash_attn values (0.9.5: auto, disabled, sdpa, fa2, fa3) -> the attention the memory model
+# knows. "auto" leaves transformers' default, sdpa (LLaMA-Factory model_utils/attention.py).
+ATTENTION = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa2", "disabled": "eager", "off": "eager"}
+
+
+@dataclass(frozen=True)
+class Split:
+    """How one GPU's share of the global batch is processed."""
+
+    micro_batch: int
+    accumulation: int
+    checkpointing: bool
+
+    def describe(self) -> str:
+        """Return e.g. ``micro-batch 8 x accumulation 2, checkpointing off``."""
+        return (
+            f"micro-batch {self.micro_batch} x accumulation {self.accumulation}, "
+            f"checkpointing {'on' if self.checkpointing else 'off'}"
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One strategy and split: its memory, predicted speed, and whether it fits."""
+
+    strategy: Strategy
+    split: Split
+    estimate: Estimate
+    step: StepTime
+    tokens_per_s: float  # the whole job
+    mfu: float  # model FLOPs (no recomputation) / peak, per GPU
+    fits_gpu: bool
+    fits_host: bool
+
+    @property
+    def fits(self) -> bool:
+        """Return True when both the GPU and the host estimates fit with the margin."""
+        return self.fits_gpu and self.fits_host
+
+    def describe(self) -> str:
+        """Return the strategy and split in words."""
+        return f"{self.strategy.label}, {self.split.describe()}"
+
+    def as_json(self) -> dict[str, Any]:
+        """Return one row of the candidate table."""
+        return {
+            "strategy": self.strategy.value,
+            "micro_batch": self.split.micro_batch,
+            "gradient_accumulation_steps": self.split.accumulation,
+            "gradient_checkpointing": self.split.checkpointing,
+            "gpu_mem_gib": round(self.estimate.gpu_total / GIB, 2),
+            "host_mem_gib": round(self.estimate.host / GIB, 2),
+            "tokens_per_s": round(self.tokens_per_s, 1),
+            "mfu": round(self.mfu, 4),
+            "step_s": round(self.step.total, 4),
+            "fits": self.fits,
+        }
+
+
+def divisors(n: int) -> list[int]:
+    """Return the divisors of ``n``, smallest first."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def per_gpu_batch(global_batch: int, cluster: Cluster) -> int:
+    """Return the sequences each GPU processes per optimizer step; one clear line when it is not whole."""
+    world = cluster.world
+    if global_batch <= 0:
+        raise ConfigurationError(f"global batch: expected a positive number of sequences, got {global_batch}")
+    if global_batch % world:
+        low, high = global_batch // world * world, (global_batch // world + 1) * world
+        nearest = f"{low} or {high}" if low else f"{high}"
+        raise ConfigurationError(
+            f"global batch {global_batch} is not a multiple of the {world} GPUs ({cluster.nodes} node(s) x "
+            f"{cluster.gpus_per_node}): nearest valid global batch {nearest} "
+            f"(micro-batch x accumulation x {world})"
+        )
+    return global_batch // world
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Every candidate at one global batch, and the choice."""
+
+    workload: Workload  # as the YAML wrote it (micro-batch, checkpointing)
+    cluster: Cluster
+    accelerator: Accelerator
+    global_batch: int
+    as_written: Split
+    candidates: tuple[Candidate, ...]
+    margin: float
+
+    @property
+    def choice(self) -> Candidate | None:
+        """Return the fastest candidate that fits (ties: the YAML's split, then the earlier strategy)."""
+        fitting = [c for c in self.candidates if c.fits]
+        if not fitting:
+            return None
+        return max(fitting, key=lambda c: (c.tokens_per_s, c.split == self.as_written, -_rank(c.strategy)))
+
+    def shortlist(self, count: int = 3) -> list[Candidate]:
+        """Return the ``count`` fastest candidates that fit, fastest first (what a probe should run)."""
+        fitting = [c for c in self.candidates if c.fits]
+        return sorted(fitting, key=lambda c: (-c.tokens_per_s, _rank(c.strategy)))[:count]
+
+    def at_split(self, split: Split) -> list[Candidate]:
+        """Return the candidates of one split, in speed-rank order of strategies."""
+        return [c for c in self.candidates if c.split == split]
+
+    @property
+    def yaml_best(self) -> Candidate | None:
+        """Return the fastest fitting candidate at the YAML's own split (what ``deepspeed: auto`` runs)."""
+        fitting = [c for c in self.at_split(self.as_written) if c.fits]
+        return max(fitting, key=lambda c: (c.tokens_per_s, -_rank(c.strategy))) if fitting else None
+
+    @property
+    def gain(self) -> float | None:
+        """Return the choice's predicted tokens/s over the YAML's split (None when either is missing)."""
+        choice, yaml = self.choice, self.yaml_best
+        if choice is None or yaml is None:
+            return None
+        return choice.tokens_per_s / yaml.tokens_per_s
+
+    def yaml_overrides(self) -> dict[str, Any]:
+        """Return the training-YAML keys that apply the choice (empty when nothing fits)."""
+        choice = self.choice
+        if choice is None:
+            return {}
+        return {
+            "per_device_train_batch_size": choice.split.micro_batch,
+            "gradient_accumulation_steps": choice.split.accumulation,
+            "disable_gradient_checkpointing": not choice.split.checkpointing,
+        }
+
+    def deepspeed_config(self) -> dict[str, Any] | None:
+        """Return the chosen strategy's DeepSpeed JSON (None for no DeepSpeed or when nothing fits)."""
+        choice = self.choice
+        return deepspeed_config(choice.strategy) if choice else None
+
+    def reason(self) -> str:
+        """Return one paragraph: what won and why, vs the YAML's split and the faster misfits."""
+        cap = self.cluster.gpu_mem_gib
+        choice, yaml = self.choice, self.yaml_best
+        unmeasured = (
+            ""
+            if self.accelerator.measured
+            else f" Speeds are predictions, unmeasured on {self.accelerator.name} "
+            "(constants fitted on the H200)."
+        )
+        if choice is None:
+            smallest = min(self.candidates, key=lambda c: c.estimate.gpu_total)
+            return (
+                f"Nothing fits at global batch {self.global_batch}: the smallest, {smallest.describe()}, "
+                f"needs {smallest.estimate.gpu_total / GIB:.1f} GiB per GPU (+{self.margin:.0%} margin) of "
+                f"{cap:.1f}"
+                f"{'' if smallest.fits_host else ' and more host RAM than the node has'}. "
+                "Add GPUs or nodes, lower cutoff_len, or use LoRA."
+            )
+        need = choice.estimate.gpu_total * (1 + self.margin) / GIB
+        text = (
+            f"Chose {choice.describe()} ({choice.split.micro_batch} x {choice.split.accumulation} x "
+            f"{self.cluster.world} GPU(s) = global batch {self.global_batch}): "
+            f"{choice.tokens_per_s:,.0f} tokens/s "
+            f"predicted ({choice.mfu:.0%} MFU); it fits in {need:.1f} of {cap:.1f} GiB per GPU with the "
+            f"{self.margin:.0%} margin."
+        )
+        if yaml is None:
+            text += f" The YAML's own split ({self.as_written.describe()}) does not fit with any strategy."
+        elif yaml is choice:
+            text += " The YAML's own split is already the fastest that fits."
+        else:
+            text += (
+                f" That is {self.gain or 0:.1f}x the YAML's split ({self.as_written.describe()}, "
+                f"{yaml.strategy.label}: {yaml.tokens_per_s:,.0f} tokens/s)."
+            )
+        faster = [c for c in self.candidates if not c.fits and c.tokens_per_s > choice.tokens_per_s]
+        if faster:
+            # the one that comes closest to fitting says most about the limit
+            best = min(faster, key=lambda c: c.estimate.gpu_total if not c.fits_gpu else c.estimate.host)
+            where = "GPU" if not best.fits_gpu else "host"
+            amount = best.estimate.gpu_total if where == "GPU" else best.estimate.host
+            text += (
+                f" Faster but too big, the closest: {best.describe()} ({best.tokens_per_s:,.0f} tokens/s) "
+                f"needs {amount / GIB:.1f} GiB per {where}."
+            )
+        return text + unmeasured
+
+    def as_json(self) -> dict[str, Any]:
+        """Return the machine-readable plan; ``strategies`` and ``choice`` keep their old meaning."""
+        choice, yaml = self.choice, self.yaml_best
+        strategies = [
+            {
+                "name": c.strategy.value,
+                "gpu_mem_gib": round(c.estimate.gpu_total / GIB, 2),
+                "host_mem_gib": round(c.estimate.host / GIB, 2),
+                "fits": c.fits,
+                "model_states_gib": round(c.estimate.model_states / GIB, 2),
+                "components_gib": {
+                    k: round(getattr(c.estimate, k) / GIB, 2)
+                    for k in ("weights", "gradients", "optimizer", "activations", "buffers", "runtime")
+                },
+                "tokens_per_s": round(c.tokens_per_s, 1),
+            }
+            for c in self.at_split(self.as_written)
+        ]
+        return {
+            "strategies": strategies,  # the YAML's split, one entry per strategy (as before)
+            "choice": choice.strategy.value if choice else None,
+            "plan": {**choice.as_json(), "yaml_overrides": self.yaml_overrides()} if choice else None,
+            "as_written": yaml.as_json() if yaml else None,
+            "predicted_gain": round(self.gain, 3) if self.gain else None,
+            "global_batch": self.global_batch,
+            "reason": self.reason(),
+            "accelerator": {"name": self.accelerator.name, "measured": self.accelerator.measured},
+            "candidates": [c.as_json() for c in self.candidates],
+            "margin": self.margin,
+        }
+
+
+def _rank(s: Strategy) -> int:
+    return SPEED_RANK.index(s)
+
+
+def plan_training(
+    workload: Workload,
+    cluster: Cluster,
+    *,
+    accumulation: int,
+    global_batch: int | None = None,
+    accelerator: Accelerator = MI300X,
+    strategies: tuple[Strategy, ...] = SPEED_RANK,
+    margin: float = SAFETY_MARGIN,
+) -> TrainingPlan:
+    """Build every candidate at the global batch and pick the fastest that fits.
+
+    ``workload`` holds the YAML's micro-batch and checkpointing, ``accumulation`` its gradient accumulation;
+    ``global_batch`` defaults to micro-batch x accumulation x GPUs. ``strategies`` limits the search (e.g. to
+    the one a job spec pins).
+    """
+    if accumulation <= 0:
+        raise ConfigurationError(
+            f"gradient_accumulation_steps: expected a positive integer, got {accumulation}"
+        )
+    batch = global_batch if global_batch is not None else workload.micro_batch * accumulation * cluster.world
+    per_gpu = per_gpu_batch(batch, cluster)
+    candidates = []
+    for strategy in strategies:
+        for micro in divisors(per_gpu):
+            for checkpointing in (True, False):
+                split = Split(micro, per_gpu // micro, checkpointing)
+                candidates.append(_candidate(workload, strategy, split, cluster, accelerator, margin))
+    return TrainingPlan(
+        workload=workload,
+        cluster=cluster,
+        accelerator=accelerator,
+        global_batch=batch,
+        as_written=Split(workload.micro_batch, accumulation, workload.gradient_checkpointing),
+        candidates=tuple(candidates),
+        margin=margin,
+    )
+
+
+def _candidate(  # noqa: PLR0917 - private helper, called once
+    workload: Workload, s: Strategy, split: Split, c: Cluster, accelerator: Accelerator, margin: float
+) -> Candidate:
+    w = replace(workload, micro_batch=split.micro_batch, gradient_checkpointing=split.checkpointing)
+    e = estimate(w, s, c)
+    t = step_time(w, s, c, accelerator, split.accumulation)
+    return Candidate(
+        strategy=s,
+        split=split,
+        estimate=e,
+        step=t,
+        tokens_per_s=c.world * t.tokens / t.total,
+        mfu=achieved_efficiency(w, s, c, accelerator, split.accumulation),
+        fits_gpu=e.gpu_total * (1 + margin) <= c.gpu_mem_gib * GIB,
+        fits_host=c.host_mem_gib <= 0 or e.host * (1 + margin) <= c.host_mem_gib * GIB,
+    )
+
+
+def _positive(train: dict[str, Any], key: str, default: int) -> int:
+    value = train.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigurationError(f"{key}: expected a positive integer, got {value!r}")
+    return value
+
+
+def _lora_targets(value: object) -> tuple[str, ...]:
+    if value is None or value == "all":
+        return LINEAR_MODULES
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise ConfigurationError(f"lora_target: expected 'all' or module names, got {value!r}")
+    return tuple(n.strip() for n in names if n.strip())
+
+
+def read_training_yaml(shape: ModelShape, train: dict[str, Any]) -> tuple[Workload, int]:
+    """Return the workload and gradient accumulation a LLaMA-Factory training YAML asks for (its defaults).
+
+    Defaults: ``finetuning_type`` lora, ``lora_rank`` 8, ``lora_target`` all, ``lora_dropout`` 0,
+    ``per_device_train_batch_size`` 8 and ``gradient_accumulation_steps`` 1 (transformers' TrainingArguments),
+    ``cutoff_len`` 2048, gradient checkpointing on, ``flash_attn`` auto (sdpa).
+    """
+    finetuning = str(train.get("finetuning_type", "lora"))
+    if finetuning not in ("lora", "full", "freeze"):
+        raise ConfigurationError(f"finetuning_type: {finetuning!r}: the planner knows lora, full and freeze")
+    rank, targets = _positive(train, "lora_rank", 8), _lora_targets(train.get("lora_target", "all"))
+    if finetuning == "lora":
+        shape.lora_params(rank, targets)  # raises on a module name the model does not have
+    attention = ATTENTION.get(str(train.get("flash_attn", "auto")))
+    if attention is None:
+        raise ConfigurationError(
+            f"flash_attn: {train.get('flash_attn')!r}: expected one of {', '.join(sorted(ATTENTION))}"
+        )
+    dropout = train.get("lora_dropout", 0.0)
+    if not isinstance(dropout, int | float) or isinstance(dropout, bool) or not 0 <= dropout < 1:
+        raise ConfigurationError(f"lora_dropout: expected a number in [0, 1), got {dropout!r}")
+    workload = Workload(
+        model=shape,
+        finetuning="lora" if finetuning == "lora" else "full",
+        lora_rank=rank,
+        lora_targets=targets,
+        micro_batch=_positive(train, "per_device_train_batch_size", 8),
+        cutoff_len=_positive(train, "cutoff_len", 2048),
+        gradient_checkpointing=not bool(train.get("disable_gradient_checkpointing", False)),
+        attention=attention,
+        lora_dropout=float(dropout),
+    )
+    return workload, _positive(train, "gradient_accumulation_steps", 1)
+
+
+def plan_training_from_yaml(
+    shape: ModelShape,
+    train: dict[str, Any],
+    cluster: Cluster,
+    *,
+    accelerator: Accelerator = MI300X,
+    global_batch: int | None = None,
+    strategies: tuple[Strategy, ...] = SPEED_RANK,
+) -> TrainingPlan:
+    """Read the training YAML and plan it (see :func:`plan_training`)."""
+    workload, accumulation = read_training_yaml(shape, train)
+    return plan_training(
+        workload,
+        cluster,
+        accumulation=accumulation,
+        global_batch=global_batch,
+        accelerator=accelerator,
+        strategies=strategies,
+    )
