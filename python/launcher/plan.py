@@ -28,7 +28,8 @@ from typing import Any
 from launcher.exceptions import ConfigurationError
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Estimate, Strategy, Workload, estimate
-from launcher.planning.model import LINEAR_MODULES, ModelShape, bundled_config_for, load_shape
+from launcher.planning.model import ModelShape, bundled_config_for, load_shape
+from launcher.planning.training import lora_targets, positive_int
 
 SAFETY_MARGIN = 0.10  # a strategy fits when estimate x (1 + margin) <= capacity
 
@@ -130,28 +131,12 @@ def make_plan(workload: Workload, cluster: Cluster, margin: float = SAFETY_MARGI
     return Plan(workload, cluster, tuple(estimate(workload, s, cluster) for s in SPEED_RANK), margin)
 
 
-def _lora_targets(value: object) -> tuple[str, ...]:
-    if value is None or value == "all":
-        return LINEAR_MODULES
-    names = value.split(",") if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-        raise ConfigurationError(f"lora_target: expected 'all' or module names, got {value!r}")
-    return tuple(n.strip() for n in names if n.strip())
-
-
-def _positive(train: dict[str, Any], key: str, default: int) -> int:
-    value = train.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigurationError(f"{key}: expected a positive integer, got {value!r}")
-    return value
-
-
 def workload_from_train(shape: ModelShape, train: dict[str, Any]) -> Workload:
     """Read the memory-relevant keys of a LLaMA-Factory training YAML (with LLaMA-Factory's defaults)."""
     finetuning = str(train.get("finetuning_type", "lora"))
     if finetuning not in ("lora", "full", "freeze"):
         raise ConfigurationError(f"finetuning_type: {finetuning!r}: the planner knows lora, full and freeze")
-    rank, targets = _positive(train, "lora_rank", 8), _lora_targets(train.get("lora_target", "all"))
+    rank, targets = positive_int(train, "lora_rank", 8), lora_targets(train.get("lora_target", "all"))
     if finetuning == "lora":
         shape.lora_params(rank, targets)  # raises on a module name the model does not have
     return Workload(
@@ -159,8 +144,8 @@ def workload_from_train(shape: ModelShape, train: dict[str, Any]) -> Workload:
         finetuning="lora" if finetuning == "lora" else "full",
         lora_rank=rank,
         lora_targets=targets,
-        micro_batch=_positive(train, "per_device_train_batch_size", 8),  # HF TrainingArguments default
-        cutoff_len=_positive(train, "cutoff_len", 2048),  # LLaMA-Factory default
+        micro_batch=positive_int(train, "per_device_train_batch_size", 8),  # HF TrainingArguments default
+        cutoff_len=positive_int(train, "cutoff_len", 2048),  # LLaMA-Factory default
         gradient_checkpointing=not bool(train.get("disable_gradient_checkpointing", False)),
     )
 

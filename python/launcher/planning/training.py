@@ -310,14 +310,14 @@ def _candidate(  # noqa: PLR0917 - private helper, called once
     )
 
 
-def _positive(train: dict[str, Any], key: str, default: int) -> int:
+def positive_int(train: dict[str, Any], key: str, default: int) -> int:
     value = train.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ConfigurationError(f"{key}: expected a positive integer, got {value!r}")
     return value
 
 
-def _lora_targets(value: object) -> tuple[str, ...]:
+def lora_targets(value: object) -> tuple[str, ...]:
     if value is None or value == "all":
         return LINEAR_MODULES
     names = value.split(",") if isinstance(value, str) else value
@@ -336,7 +336,7 @@ def read_training_yaml(shape: ModelShape, train: dict[str, Any]) -> tuple[Worklo
     finetuning = str(train.get("finetuning_type", "lora"))
     if finetuning not in ("lora", "full", "freeze"):
         raise ConfigurationError(f"finetuning_type: {finetuning!r}: the planner knows lora, full and freeze")
-    rank, targets = _positive(train, "lora_rank", 8), _lora_targets(train.get("lora_target", "all"))
+    rank, targets = positive_int(train, "lora_rank", 8), lora_targets(train.get("lora_target", "all"))
     if finetuning == "lora":
         shape.lora_params(rank, targets)  # raises on a module name the model does not have
     attention = ATTENTION.get(str(train.get("flash_attn", "auto")))
@@ -352,13 +352,13 @@ def read_training_yaml(shape: ModelShape, train: dict[str, Any]) -> tuple[Worklo
         finetuning="lora" if finetuning == "lora" else "full",
         lora_rank=rank,
         lora_targets=targets,
-        micro_batch=_positive(train, "per_device_train_batch_size", 8),
-        cutoff_len=_positive(train, "cutoff_len", 2048),
+        micro_batch=positive_int(train, "per_device_train_batch_size", 8),
+        cutoff_len=positive_int(train, "cutoff_len", 2048),
         gradient_checkpointing=not bool(train.get("disable_gradient_checkpointing", False)),
         attention=attention,
         lora_dropout=float(dropout),
     )
-    return workload, _positive(train, "gradient_accumulation_steps", 1)
+    return workload, positive_int(train, "gradient_accumulation_steps", 1)
 
 
 def plan_training_from_yaml(
