@@ -149,6 +149,17 @@ def _one_line_problems(case: dict[str, Any], rc: int, stderr: str) -> tuple[list
     return lines, problems
 
 
+def _record_case(record: dict[str, Any], case: dict[str, Any], untouched: str) -> None:
+    """Fill the case's table row: what it is and what it must do (``untouched``: what must not happen)."""
+    record.update(
+        case=case["id"],
+        group="1 bad input",
+        input=case["what"],
+        command="python -m launcher " + " ".join(shlex.quote(a) for a in case["argv"]),
+        expected=f"exit 2; one stderr line matching `{case['expect']}`; {untouched}",
+    )
+
+
 def _shown(lines: list[str]) -> str:
     return f"{len(lines)} stderr line(s): " + " | ".join(line[:240] for line in lines[:3])
 
@@ -156,14 +167,7 @@ def _shown(lines: list[str]) -> str:
 @pytest.mark.parametrize("case", NO_HOST, ids=[c["id"] for c in NO_HOST])
 def test_bad_input_in_process(case: dict[str, Any], tmp_path: Path, fault_record: dict[str, Any]) -> None:
     """A bad input that needs no host: rejected in-process before the Ansible runner is ever constructed."""
-    fault_record.update(
-        case=case["id"],
-        group="1 bad input",
-        input=case["what"],
-        command="python -m launcher " + " ".join(shlex.quote(a) for a in case["argv"]),
-        expected=f"exit 2; one stderr line matching `{case['expect']}`; the Ansible runner never constructed "
-        "(in-process, RunnerMustNotBeCalled)",
-    )
+    _record_case(fault_record, case, "the Ansible runner never constructed (RunnerMustNotBeCalled)")
     env = {
         "MIFT_RUNS_DIR": str(tmp_path / "runs"),
         "MIFT_VALIDATE_BUILTIN": None if case.get("real_backend") else "1",
@@ -194,13 +198,7 @@ def test_runner_double_is_reached_by_a_valid_job(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", ON_HOSTS, ids=[c["id"] for c in ON_HOSTS])
 def test_bad_input_on_hosts(case: dict[str, Any], cluster: Cluster, fault_record: dict[str, Any]) -> None:
     """A bad input only the nodes can reveal: rejected by preflight, nothing changed on any host."""
-    fault_record.update(
-        case=case["id"],
-        group="1 bad input",
-        input=case["what"],
-        command="python -m launcher " + " ".join(shlex.quote(a) for a in case["argv"]),
-        expected=f"exit 2; one stderr line matching `{case['expect']}`; no change on any host",
-    )
+    _record_case(fault_record, case, "no change on any host")
     before_runs = cluster.run_dirs()
     with host_condition(cluster, case.get("setup")):
         mark(cluster)
