@@ -39,17 +39,16 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-RIG = REPO / "tools" / "testhosts" / "rig"
+from mift_testsupport.launcher import launcher_argv
+from mift_testsupport.paths import REPO_ROOT as REPO
+from mift_testsupport.paths import RIG
+from mift_testsupport.provision import provision_argv, tiny_model
+from mift_testsupport.rig import Rig
+from mift_testsupport.trainers import TRAINER_PROBE, parse_probe
+
 JOB = REPO / "configs" / "jobs" / "tiny-lora-z3.yaml"
 NODE_VENV = "/opt/mift/venv"
 NODE_MODEL = "/opt/mift/models/tiny-llama"
-TEST_DOUBLE_VARS = {
-    "rocm_repo_base_url": "http://controller:8080/amd",
-    "rocm_manage_kernel": False,
-    "host_tuning_apply": False,
-    "pytorch_backend": "cpu",
-}
 BENCH_MARKER = "MIFT_BENCH_KEY"
 AGENT_MARKER = "MIFT_AGENT_KEY"  # python/launcher/data/mift_agent.py
 T0 = time.monotonic()
@@ -58,7 +57,6 @@ T0 = time.monotonic()
 #   wait LOG NEEDLE TIMEOUT: until LOG is non-empty -> {"state": "step"}; no process with NEEDLE in its
 #                            environment for 5 s -> "died"; TIMEOUT -> "timeout"
 #   kill NEEDLE GRACE:       SIGTERM the processes with NEEDLE in their environment, SIGKILL after GRACE s
-#   procs:                   the trainer processes (llamafactory-cli, torchrun, their workers)
 REMOTE = r"""
 import json, os, signal, sys, time
 from pathlib import Path
@@ -81,16 +79,6 @@ def pids(test):
 def marked(needle):
     n = needle.encode()
     return pids(lambda e: n in (e / "environ").read_bytes().split(b"\0"))
-
-def trainers():
-    words = (b"llamafactory", b"torchrun", b"torch.distributed")
-    found = {}
-    for pid in pids(lambda e: any(w in (e / "cmdline").read_bytes() for w in words)):
-        try:
-            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
-        except OSError:
-            pass
-    return found
 
 cmd = sys.argv[1]
 if cmd == "wait":
@@ -125,8 +113,6 @@ elif cmd == "kill":
         while marked(needle) and time.monotonic() < deadline:
             time.sleep(0.2)
     print(json.dumps({"left": marked(needle)}))
-elif cmd == "procs":
-    print(json.dumps(trainers()))
 """
 
 
@@ -245,10 +231,17 @@ class Hosts:
         if problems:
             raise BenchError("hosts not ready: " + "; ".join(problems))
 
-    def trainer_procs(self, names: list[str]) -> dict[str, dict[str, str]]:
-        """Return host -> {pid: command line} of trainer processes still running."""
+    def trainer_procs(self, names: list[str]) -> dict[str, list[str]]:
+        """Return host -> the training processes still running there ("PID COMMAND" lines)."""
+
+        def one(host: str) -> list[str]:
+            out = self.ssh(host, TRAINER_PROBE, timeout=40)
+            if out.returncode != 0:
+                raise BenchError(f"{host}: probing for trainers failed: {out.stderr.strip()[-300:]}")
+            return parse_probe(out.stdout)
+
         with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
-            found = dict(zip(names, pool.map(lambda h: self.remote(h, "procs"), names), strict=True))
+            found = dict(zip(names, pool.map(one, names), strict=True))
         return {h: p for h, p in found.items() if p}
 
     def kill_marked(self, names: list[str], needle: str, grace: float = 10) -> dict[str, list[int]]:
@@ -305,16 +298,7 @@ class Bench:
         """Return (started, returned, start playbook, first step, run_id) of ``launcher run --detach``."""
         job = self._job(tag)
         log = self.work / f"launcher-{tag}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "launcher",
-            "run",
-            str(job),
-            "-i",
-            str(self.hosts.inventory),
-            "--detach",
-        ]
+        argv = launcher_argv("run", str(job), "-i", str(self.hosts.inventory), "--detach")
         say(f"  launcher: {' '.join(argv[1:])}")
         t0, t0_wall = time.monotonic(), time.time()
         rc = run_logged(argv, log, self.args.start_timeout, "launcher run", env=self.env, cwd=REPO)
@@ -349,7 +333,7 @@ class Bench:
 
     def stop_launcher(self, run_id: str) -> None:
         out = self.work / f"stop-{run_id}.log"
-        argv = [sys.executable, "-m", "launcher", "stop", run_id]
+        argv = launcher_argv("stop", run_id)
         rc = run_logged(argv, out, 300, "launcher stop", env=self.env, cwd=REPO)
         if rc != 0:
             raise BenchError(f"launcher stop {run_id} failed (rc={rc}):\n{out.read_text()[-2000:]}")
@@ -425,26 +409,11 @@ class Bench:
 
 def provision(inventory: Path, work: Path, timeout: float) -> None:
     """Run provision.yml (test-double switches, the tiny model) on the inventory's hosts."""
-    model = REPO / ".cache" / "tiny-llama"
-    if not (model / "config.json").exists():
-        say(f"making the tiny model in {model}")
-        rc = run_logged(
-            [sys.executable, str(REPO / "tools" / "make_tiny_model.py"), str(model)],
-            work / "tiny-model.log",
-            600,
-            "make_tiny_model",
-        )
-        if rc != 0:
-            raise BenchError(f"tools/make_tiny_model.py failed; see {work / 'tiny-model.log'}")
-    extra = {**TEST_DOUBLE_VARS, "train_configs_model_src": str(model)}
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "provision.yml",
-        "-i",
-        str(inventory),
-        "-e",
-        json.dumps(extra),
-    ]
+    try:
+        model = tiny_model()
+    except AssertionError as err:
+        raise BenchError(f"making the tiny model failed: {err}") from err
+    argv = provision_argv(inventory, model)
     log = work / "provision.log"
     say(f"provisioning: ansible-playbook provision.yml -i {inventory} (log {log})")
     start = time.monotonic()
@@ -458,23 +427,13 @@ def provision(inventory: Path, work: Path, timeout: float) -> None:
 
 def rig_inventory(rig_id: int, count: int) -> Path:
     """``rig up COUNT`` on instance ``rig_id`` (running hosts are kept); return its inventory."""
-    env = {**os.environ, "RIG_ID": str(rig_id)}
     say(f"rig {rig_id}: up {count}")
+    rig = Rig(rig_id=rig_id, hosts=count)
     try:
-        up = subprocess.run(
-            [str(RIG), "up", str(count)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as err:
-        raise BenchError(f"rig {rig_id}: up {count}: no result after 300 s") from err
-    if up.returncode:
-        raise BenchError(f"rig {rig_id}: up {count} failed: {up.stderr.strip()[-2000:]}")
-    return REPO / ".rig" / str(rig_id) / "inventory.yml"
+        rig.up()
+    except (AssertionError, subprocess.TimeoutExpired) as err:
+        raise BenchError(f"rig {rig_id}: up {count} failed: {str(err)[-2000:]}") from err
+    return rig.inventory
 
 
 def measure(hosts: Hosts, args: argparse.Namespace, work: Path) -> list[tuple[Any, ...]]:

@@ -1,10 +1,11 @@
 """Provisioning benchmark: playbooks/stack.yml (cpu backend) on 1, then 4 fresh test hosts, then a re-run.
 
-Each phase starts fresh test hosts of rig instance 7. By default the controller wheel cache is the
-repository's .cache/wheels/ (as in production): if it already holds the DeepSpeed key, no phase builds and
-the numbers are the cost of installing everywhere; with --cold-cache every phase starts from an empty cache
-and includes the one build on the builder. Prints the wall times, whether a build ran, the ratio
-4-host / 1-host, and the time of a second, no-change run on the 4 hosts (with its changed count).
+Each phase starts fresh test hosts of rig instance 7 (``PROVISION_BENCH_RIG_ID``). By default the
+controller wheel cache is the repository's .cache/wheels/ (as in production): if it already holds the
+DeepSpeed key, no phase builds and the numbers are the cost of installing everywhere; with --cold-cache every
+phase starts from an empty cache and includes the one build on the builder. Prints the wall times, whether a
+build ran, the ratio 4-host / 1-host, and the time of a second, no-change run on the 4 hosts (with its
+changed count).
 Needs root and the rig (tools/testhosts/rig setup).
 
     python bench/provision_scaling.py [--hosts 1 4] [--cold-cache] [--keep]
@@ -13,7 +14,6 @@ Needs root and the rig (tools/testhosts/rig setup).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
@@ -21,24 +21,19 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RIG = REPO / "tools" / "testhosts" / "rig"
-RIG_ID = "7"
-ENV = {**os.environ, "RIG_ID": RIG_ID, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+from mift_testsupport.paths import REPO_ROOT as REPO
+from mift_testsupport.proc import ansible_bin
+from mift_testsupport.rig import Rig, rig_id_from_env
+
+RIG = Rig(rig_id=rig_id_from_env("PROVISION_BENCH_RIG_ID", 7), hosts=1)
+ENV = RIG.env()
 T0 = time.monotonic()
 
 
 def rig(*args: str) -> None:
-    """Run the rig tool for instance 7."""
-    say(f"rig {RIG_ID}: {' '.join(args)}")
-    subprocess.run(
-        [str(RIG), *args],
-        check=True,
-        env=ENV,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        timeout=600,
-    )
+    """Run the rig tool for the bench's instance (``PROVISION_BENCH_RIG_ID``, default 7)."""
+    say(f"rig {RIG.rig_id}: {' '.join(args)}")
+    RIG.rig(*args, timeout=600)
 
 
 def say(msg: str) -> None:
@@ -57,11 +52,10 @@ def provision(cache: Path, log: Path, what: str, timeout: float) -> tuple[float,
 
     The output goes to ``log`` (a file, never a pipe); a progress line every 60 s; killed after ``timeout`` s.
     """
-    inventory = REPO / ".rig" / RIG_ID / "inventory.yml"
     argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
+        ansible_bin("ansible-playbook"),
         "-i",
-        str(inventory),
+        str(RIG.inventory),
         str(REPO / "playbooks" / "stack.yml"),
         "-e",
         f'{{"pytorch_backend": "cpu", "wheel_cache_dir": "{cache}"}}',

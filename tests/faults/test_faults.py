@@ -14,16 +14,15 @@ from typing import Any
 
 import pytest
 
-from .conftest import HOSTS, Cluster
+from mift_testsupport.cluster import Cluster
+from mift_testsupport.launcher import finish
+
+from .conftest import HOSTS
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 BOUND_S = 30.0
 LONG_STEPS = 400  # the tiny model logs a step every second or so here: still running when the fault comes
-
-
-def _run_id_of(cluster: Cluster, name: str) -> Any:
-    return lambda: cluster.record(name).get("run_id", "")
 
 
 def _logs_kept(cluster: Cluster, name: str, run_id: str) -> list[str]:
@@ -39,15 +38,6 @@ def _logs_kept(cluster: Cluster, name: str, run_id: str) -> list[str]:
         ).strip():
             missing.append(f"host{host}:/var/lib/mift/runs/{run_id}/trainer.log")
     return missing
-
-
-def _finish(proc: subprocess.Popen[str], log: Path, timeout: float = 300) -> str:
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    return log.read_text()
 
 
 def _worker_pid(cluster: Cluster, host: int, run_id: str) -> int:
@@ -73,12 +63,12 @@ def test_trainer_sigkill(cluster: Cluster, fault_record: dict[str, Any]) -> None
     proc, log = cluster.start(
         "run", str(cluster.job(name, max_steps=LONG_STEPS)), "-i", str(cluster.inventory)
     )
-    run_id = cluster.wait_step(_run_id_of(cluster, name), proc)
+    run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     pid = _worker_pid(cluster, 2, run_id)
     t0 = time.monotonic()
     cluster.ssh(2, f"kill -KILL {pid}")
     took = cluster.wait_no_trainers(120, since=t0)
-    out = _finish(proc, log)
+    out = finish(proc, log)
     rec = cluster.record(name)
     missing = _logs_kept(cluster, name, run_id)
     fault_record["observed"] = (
@@ -104,15 +94,15 @@ def test_launcher_sigkill_then_status_and_stop(cluster: Cluster, fault_record: d
     proc, _log = cluster.start(
         "run", str(cluster.job(name, max_steps=LONG_STEPS)), "-i", str(cluster.inventory)
     )
-    run_id = cluster.wait_step(_run_id_of(cluster, name), proc)
+    run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     alive = cluster.trainer_processes()
-    status = cluster.launcher("status", run_id, timeout=300)
+    status = cluster.run("status", run_id, timeout=300)
     t0 = time.monotonic()
-    stop = cluster.launcher("stop", run_id, timeout=300)
+    stop = cluster.run("stop", run_id, timeout=300)
     took = cluster.wait_no_trainers(120, since=t0)
-    final = cluster.launcher("status", run_id, timeout=300)
+    final = cluster.run("status", run_id, timeout=300)
     missing = _logs_kept(cluster, name, run_id)
     fault_record["observed"] = (
         f"after the kill: trainers on {[h for h, p in alive.items() if p]}; status exit {status.returncode} "
@@ -170,17 +160,17 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
             # running on the rig): that it landed in validate is checked after (no run directory)
             _wait_child(proc, "ansible-inventory", 120)
         elif phase == "follow":
-            run_id = cluster.wait_step(_run_id_of(cluster, name), proc)
+            run_id = cluster.wait_step(cluster.run_id_of(name), proc)
         else:
             _wait_status(cluster, name, {"preflight": "preflight", "start": "starting"}[phase], proc, 600)
     except AssertionError:  # never leave the launcher (and a job) running on the shared rig
         proc.send_signal(signal.SIGINT)
-        _finish(proc, log, timeout=120)
+        finish(proc, log, timeout=120)
         raise
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     took, ended = cluster.watch_until_clean(proc, t0)
-    out = _finish(proc, log, timeout=10)
+    out = finish(proc, log, timeout=10)
     rec = cluster.record(name)
     run_id = run_id or str(rec.get("run_id", ""))
     missing = _logs_kept(cluster, name, run_id) if phase == "follow" else []
@@ -249,7 +239,7 @@ def test_network_cut(cluster: Cluster, fault_record: dict[str, Any]) -> None:
     proc, log = cluster.start(
         "run", str(cluster.job(name, max_steps=LONG_STEPS)), "-i", str(cluster.inventory)
     )
-    run_id = cluster.wait_step(_run_id_of(cluster, name), proc)
+    run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     t0 = time.monotonic()
     subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
     gone: dict[str, float | None] = {"host1": None, "host2": None}
@@ -266,9 +256,9 @@ def test_network_cut(cluster: Cluster, fault_record: dict[str, Any]) -> None:
             ["ip", "-n", ns, "route", "replace", "default", "via", f"{cluster.rig.net}.254", "dev", "eth0"],
             check=False,
         )
-    out = _finish(proc, log, timeout=300)
+    out = finish(proc, log, timeout=300)
     rec = cluster.record(name)
-    cleanup = cluster.launcher("stop", run_id, timeout=300)  # the link is back: make sure nothing is left
+    cleanup = cluster.run("stop", run_id, timeout=300)  # the link is back: make sure nothing is left
     left = cluster.wait_no_trainers(60)
     fault_record["observed"] = (
         "trainer gone "
@@ -299,7 +289,7 @@ def test_secrets_never_leak(cluster: Cluster, fault_record: dict[str, Any]) -> N
     )
     name = "faults-secret"
     job = cluster.job(name, env={"OMP_NUM_THREADS": 1, "DS_ACCELERATOR": "cpu", "HF_TOKEN": secret})
-    out = cluster.launcher("run", str(job), "-i", str(cluster.inventory), timeout=900)
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=900)
     run = cluster.run_dir(name)
     run_id = run.name
     leaks = [

@@ -5,17 +5,19 @@ twice in a row (the second run changes nothing).
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import HOSTS, REPO, TEST_DOUBLE_VARS, Cluster
+from mift_testsupport.cluster import Cluster
+from mift_testsupport.paths import REPO_ROOT
+from mift_testsupport.provision import provision_argv, recap, tiny_model
+
+from .conftest import HOSTS
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -23,9 +25,6 @@ RESUME_OUT = "/var/lib/mift/output/faults-resume"
 # about a step a second here: enough steps that the Ctrl-C (which takes seconds to reach the nodes) lands
 # before the end, few enough that the resumed run finishes soon
 RESUME_STEPS = 60
-RECAP_RE = re.compile(
-    r"^(host\d+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE
-)
 
 
 def _steps(cluster: Cluster, host: int) -> list[int]:
@@ -72,12 +71,12 @@ def test_resume_run_option(cluster: Cluster, fault_record: dict[str, Any]) -> No
         expected=f"the resumed run starts at the step after the last checkpoint (on every node), reaches "
         f"{RESUME_STEPS}/{RESUME_STEPS}, exit 0",
     )
-    helptext = cluster.launcher("run", "--help", timeout=120).stdout
+    helptext = cluster.run("run", "--help", timeout=120).stdout
     if "--resume" not in helptext:
         fault_record["observed"] = "`python -m launcher run --help` has no --resume option; not tried"
         pytest.fail("`run` has no --resume option")
     run_id, last, stopped_at, logged = _stop_after_checkpoint(cluster, "faults-resume")
-    out = cluster.launcher("run", "--resume", run_id, "-i", str(cluster.inventory), timeout=900)
+    out = cluster.run("run", "--resume", run_id, "-i", str(cluster.inventory), timeout=900)
     new = _steps(cluster, 1)[logged:]
     fault_record["observed"] = (
         f"first run stopped at step {stopped_at}, checkpoints up to {last}; `run --resume` exit "
@@ -101,7 +100,7 @@ def test_resume_via_job_spec(cluster: Cluster, fault_record: dict[str, Any]) -> 
     name = "faults-resume2"
     _run_id, last, stopped_at, logged = _stop_after_checkpoint(cluster, name)
     job2 = cluster.job(f"{name}-b", max_steps=RESUME_STEPS, save_steps=4, output_dir=RESUME_OUT, resume=True)
-    out = cluster.launcher("run", str(job2), "-i", str(cluster.inventory), timeout=900)
+    out = cluster.run("run", str(job2), "-i", str(cluster.inventory), timeout=900)
     # LLaMA-Factory appends to trainer_log.jsonl when resuming: lines after the first run's are the new ones
     new = _steps(cluster, 1)[logged:]
     fault_record["observed"] = (
@@ -128,9 +127,7 @@ def test_drifted_stack_is_reported_by_preflight(cluster: Cluster, fault_record: 
     cluster.ssh(2, "/opt/mift/venv/bin/pip uninstall -y -q peft")
     before = cluster.run_dirs()
     try:
-        out = cluster.launcher(
-            "run", str(cluster.job("faults-drift")), "-i", str(cluster.inventory), "--detach"
-        )
+        out = cluster.run("run", str(cluster.job("faults-drift")), "-i", str(cluster.inventory), "--detach")
         stopped = cluster.stop_leftover_runs(before)
     finally:
         cluster.ssh(2, f"/opt/mift/venv/bin/pip install -q --no-deps peft=={version.strip()}", timeout=600)
@@ -143,31 +140,16 @@ def test_drifted_stack_is_reported_by_preflight(cluster: Cluster, fault_record: 
 
 
 def _provision(cluster: Cluster, log: Path) -> subprocess.Popen[str]:
-    extra = {**TEST_DOUBLE_VARS, "train_configs_model_src": str(cluster.work / "tiny-llama")}
     with log.open("w") as fh:
         return subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "ansible-playbook"),
-                "provision.yml",
-                "-i",
-                str(cluster.inventory),
-                "-e",
-                json.dumps(extra),
-            ],
+            provision_argv(cluster.inventory, tiny_model()),
             env=cluster.rig.env(),
-            cwd=REPO,
+            cwd=REPO_ROOT,
             stdout=fh,
             stderr=subprocess.STDOUT,
             text=True,
             stdin=subprocess.DEVNULL,
         )
-
-
-def _recap(text: str) -> dict[str, dict[str, int]]:
-    return {
-        m[0]: {"ok": int(m[1]), "changed": int(m[2]), "unreachable": int(m[3]), "failed": int(m[4])}
-        for m in RECAP_RE.findall(text)
-    }
 
 
 def test_provision_host_down_then_rerun_changes_nothing(
@@ -195,11 +177,11 @@ def test_provision_host_down_then_rerun_changes_nothing(
             ["ip", "-n", ns, "route", "replace", "default", "via", f"{cluster.rig.net}.254", "dev", "eth0"],
             check=False,
         )
-    first = _recap(log1.read_text())
+    first = recap(log1.read_text())
     log2 = cluster.work / "provision-rerun.log"
     proc2 = _provision(cluster, log2)
     proc2.wait(timeout=1800)
-    second = _recap(log2.read_text())
+    second = recap(log2.read_text())
     fault_record["observed"] = (
         f"first exit {proc.returncode} {first}; re-run exit {proc2.returncode} {second}"
     )

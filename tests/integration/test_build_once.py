@@ -1,4 +1,6 @@
-"""Build once, install everywhere (roles/wheel_cache), end to end on 3 test hosts of rig instance 4.
+"""Build once, install everywhere (roles/wheel_cache), end to end on 3 test hosts of rig 4.
+
+The rig id can be moved with ``MIFT_BUILDONCE_RIG_ID``.
 
 The fixture package tests/fixtures/buildonce_pkg has a C extension, so building its wheel really compiles.
 Run 1: exactly one host (the builder, first of `trainers`) builds; the controller caches the wheel; every
@@ -10,20 +12,24 @@ Needs root and the rig (tools/testhosts/rig setup); takes about 2-3 minutes.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from mift_testsupport.fixtures import rig_ready_or_skip
+from mift_testsupport.paths import REPO_ROOT
+from mift_testsupport.rig import rig_id_from_env, rig_instance
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 ansible_runner = pytest.importorskip("ansible_runner")
 
-REPO = Path(__file__).resolve().parents[2]
-RIG = REPO / "tools" / "testhosts" / "rig"
+REPO = REPO_ROOT
 FIXTURE = REPO / "tests" / "fixtures" / "buildonce_pkg"
-RIG_ID = os.environ.get("MIFT_BUILDONCE_RIG_ID", "4")  # rig instance 4 (docs/conventions.md)
+RIG_ID = rig_id_from_env("MIFT_BUILDONCE_RIG_ID", 4)
 HOSTS = 3
 BUILD_TASK = "Build the wheel on the builder, buildonce"
 INSTALL_TASK = "Install the cached wheel into the venv"
@@ -38,28 +44,14 @@ print(json.dumps({'fnv': hex(b.fnv1a64(b'a')), 'flag': b.BUILD_FLAG,
                   'builds': [json.loads(line)['key'] for line in lines], 'fact': fact['buildonce']}))
 """
 
-pytestmark = [
-    pytest.mark.rig,
-    pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the test rig needs root"),
-    pytest.mark.skipif(
-        not (REPO / ".rig" / "base" / "rootfs" / "usr" / "sbin" / "sshd").exists(),
-        reason="test rig not set up (tools/testhosts/rig setup)",
-    ),
-]
-
-
-def _rig(*args: str) -> None:
-    subprocess.run([str(RIG), *args], check=True, env={**os.environ, "RIG_ID": RIG_ID}, timeout=300)
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def inventory() -> Any:
-    _rig("up", str(HOSTS))
-    try:
-        yield REPO / ".rig" / RIG_ID / "inventory.yml"
-    finally:
-        _rig("down", "--purge")
+def inventory() -> Iterator[Path]:
+    rig_ready_or_skip()
+    with rig_instance(RIG_ID, HOSTS) as rig:
+        yield rig.inventory
 
 
 def _playbook(cache: Path, flag: int) -> list[dict[str, Any]]:

@@ -1,6 +1,6 @@
 """The test rig itself (tools/testhosts/rig): hosts, network, containment, Ansible, GPU profiles, teardown.
 
-Uses RIG_ID=1. Needs root and ``tools/testhosts/rig setup``.
+Uses RIG_ID 1 (``RIG_TESTS_RIG_ID``). Needs root and ``tools/testhosts/rig setup``.
 """
 
 from __future__ import annotations
@@ -26,20 +26,24 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from mift_testsupport.fixtures import rig_ready_or_skip
+from mift_testsupport.paths import REPO_ROOT, RIG, RIG_HOME
+from mift_testsupport.proc import run
+from mift_testsupport.rig import Rig, leftovers, rig_id_from_env, rig_instance
+
 pytestmark = pytest.mark.rig
 
-RIG_ID = 1
+RIG_ID = rig_id_from_env("RIG_TESTS_RIG_ID", 1)
 
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HOSTCONFIG = REPO_ROOT / "tools" / "testhosts" / "hostconfig.py"
 
 
-def _wait_no_leftovers(rig_lib, rig_id: int, seconds: float = 10) -> list[str]:
+def _wait_no_leftovers(rig_id: int, seconds: float = 10) -> list[str]:
     """Leftovers after ``seconds`` (ssh clients may need a moment to notice their server is gone)."""
     deadline = time.monotonic() + seconds
     while True:
-        found = rig_lib.leftovers(rig_id)
+        found = leftovers(rig_id)
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.5)
@@ -228,7 +232,7 @@ def _setup_env(rig_home: Path, **extra: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("how", ["configuration", "override"])
 def test_setup_downloads_from_the_configured_mirror_and_index(
-    rig_lib, tmp_path: Path, recording_server: _RecordingServer, how: str
+    tmp_path: Path, recording_server: _RecordingServer, how: str
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("rig setup needs root")
@@ -258,7 +262,7 @@ def test_setup_downloads_from_the_configured_mirror_and_index(
             RIG_INDEX_URL=index,
         )
         origins = ("RIG_MIRROR", "RIG_INDEX_URL")
-    proc = rig_lib.run([str(rig_lib.RIG), "setup"], env=env, check=False, timeout=300)
+    proc = run([str(RIG), "setup"], env=env, check=False, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "rig: debootstrap failed" in proc.stderr, (
         out
@@ -273,7 +277,7 @@ def test_setup_downloads_from_the_configured_mirror_and_index(
     assert all(p.startswith((mirror_path, index_path)) for p in asked), asked
 
 
-def test_setup_without_any_mirror_is_one_line(rig_lib, tmp_path: Path) -> None:
+def test_setup_without_any_mirror_is_one_line(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("rig setup needs root")
     env = _setup_env(
@@ -281,7 +285,7 @@ def test_setup_without_any_mirror_is_one_line(rig_lib, tmp_path: Path) -> None:
         RIG_APT_SOURCES_LIST=str(tmp_path / "absent.list"),
         RIG_APT_SOURCES_DIR=str(tmp_path),
     )
-    proc = rig_lib.run([str(rig_lib.RIG), "setup"], env=env, check=False, timeout=120)
+    proc = run([str(RIG), "setup"], env=env, check=False, timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(
         "rig: mirror: no Debian mirror for bookworm"
@@ -322,12 +326,12 @@ def _rocm_apt_line() -> str:
     return f"deb [trusted=yes] http://controller:8080/amd/rocm/apt/{version} jammy main"
 
 
-def test_gpu_profile_per_host(rig_factory, rig_lib) -> None:
+def test_gpu_profile_per_host(rig_factory) -> None:
     rig = rig_factory(RIG_ID, 3, profiles={2: "mi250x"})
     profiles = {h: rig.ssh(h, "cat /etc/mift-testdouble/gpu-profile").stdout.strip() for h in (1, 2, 3)}
     assert profiles == {1: "mi300x", 2: "mi250x", 3: "mi300x"}
     assert re.search(r"^host2\s+up\s.*profile=mi250x", rig.rig("status").stdout, re.MULTILINE)
-    amd = rig_lib.RIG_HOME / "repo" / "amd"
+    amd = RIG_HOME / "repo" / "amd"
     if not amd.is_dir():
         pytest.skip(f"{amd} absent: the AMD repo test double (setup.d/amd-repo.sh) is not built")
     install = (
@@ -349,9 +353,9 @@ def test_profile_change_on_running_host(rig_factory) -> None:
     assert (rig.state_dir / "hosts" / "1" / "pid").read_text() == pids, "host1 was restarted"
 
 
-def test_bad_input_is_rejected_with_one_line(rig_lib) -> None:
-    rig_lib.rig_ready_or_skip()
-    rig = rig_lib.Rig(rig_id=RIG_ID, hosts=2)
+def test_bad_input_is_rejected_with_one_line() -> None:
+    rig_ready_or_skip()
+    rig = Rig(rig_id=RIG_ID, hosts=2)
     rig.down(purge=True)
     try:
         bad = rig.rig("up", "2", "--profile", "2=mi999", check=False)
@@ -359,12 +363,12 @@ def test_bad_input_is_rejected_with_one_line(rig_lib) -> None:
         assert bad.stderr.strip().count("\n") == 0 and "mi999" in bad.stderr and "mi300x" in bad.stderr, (
             bad.stderr
         )
-        assert not rig_lib.leftovers(RIG_ID), "a rejected 'up' started something"
+        assert not leftovers(RIG_ID), "a rejected 'up' started something"
         for args in (["up", "0"], ["up", "two"], ["up", "2", "--profile", "5=mi210"], ["down", "--force"]):
             proc = rig.rig(*args, check=False)
             assert proc.returncode != 0 and proc.stderr.startswith("rig: "), (args, proc.stderr)
         env = rig.env() | {"RIG_ID": "12"}
-        proc = rig_lib.run([str(rig_lib.RIG), "status"], env=env, check=False)
+        proc = run([str(RIG), "status"], env=env, check=False)
         assert proc.returncode != 0 and "RIG_ID" in proc.stderr, proc.stderr
     finally:
         rig.down(purge=True)
@@ -382,9 +386,9 @@ def test_up_when_up_is_a_noop(rig_factory) -> None:
     assert rig.ssh(3, "hostname").stdout.strip() == "host3"
 
 
-def test_down_leaves_nothing_twice_in_a_row(rig_lib) -> None:
-    rig_lib.rig_ready_or_skip()
-    rig = rig_lib.Rig(rig_id=RIG_ID, hosts=3)
+def test_down_leaves_nothing_twice_in_a_row() -> None:
+    rig_ready_or_skip()
+    rig = Rig(rig_id=RIG_ID, hosts=3)
     rig.down(purge=True)
     try:
         for _ in range(2):
@@ -394,16 +398,16 @@ def test_down_leaves_nothing_twice_in_a_row(rig_lib) -> None:
             rig.ssh(1, "setsid -f sleep 600 >/dev/null 2>&1 </dev/null")
             assert rig.ssh(2, "hostname").stdout.strip() == "host2"
             rig.down()
-            assert _wait_no_leftovers(rig_lib, RIG_ID) == []
+            assert _wait_no_leftovers(RIG_ID) == []
             rig.down()  # idempotent
     finally:
         rig.down(purge=True)
     assert not rig.state_dir.exists()
 
 
-def test_down_after_a_killed_run_without_pid_files(rig_lib) -> None:
-    rig_lib.rig_ready_or_skip()
-    rig = rig_lib.Rig(rig_id=RIG_ID, hosts=2)
+def test_down_after_a_killed_run_without_pid_files() -> None:
+    rig_ready_or_skip()
+    rig = Rig(rig_id=RIG_ID, hosts=2)
     rig.down(purge=True)
     try:
         rig.up()
@@ -411,18 +415,18 @@ def test_down_after_a_killed_run_without_pid_files(rig_lib) -> None:
         for pid_file in [*rig.state_dir.glob("hosts/*/pid"), rig.state_dir / "http.pid"]:
             pid_file.unlink()
         rig.down()
-        assert _wait_no_leftovers(rig_lib, RIG_ID) == []
+        assert _wait_no_leftovers(RIG_ID) == []
     finally:
         rig.down(purge=True)
 
 
-def test_teardown_runs_when_the_test_body_fails(rig_lib) -> None:
-    rig_lib.rig_ready_or_skip()
-    with pytest.raises(RuntimeError, match="test body failed"), rig_lib.rig_instance(RIG_ID, 2) as rig:
+def test_teardown_runs_when_the_test_body_fails() -> None:
+    rig_ready_or_skip()
+    with pytest.raises(RuntimeError, match="test body failed"), rig_instance(RIG_ID, 2) as rig:
         assert rig.ssh(1, "hostname").stdout.strip() == "host1"
         raise RuntimeError("test body failed")
-    assert _wait_no_leftovers(rig_lib, RIG_ID) == []
-    assert not (rig_lib.RIG_HOME / str(RIG_ID)).exists()
+    assert _wait_no_leftovers(RIG_ID) == []
+    assert not (RIG_HOME / str(RIG_ID)).exists()
 
 
 def test_demo_inventory_points_at_rig0_with_relative_paths() -> None:
@@ -437,7 +441,7 @@ def test_demo_inventory_points_at_rig0_with_relative_paths() -> None:
     assert Path(REPO_ROOT / "inventory" / "demo" / "../../.rig/ssh").resolve() == (REPO_ROOT / ".rig" / "ssh")
 
 
-def test_systemd_mode(rig_factory, rig_lib) -> None:
+def test_systemd_mode(rig_factory) -> None:
     rig = rig_factory(RIG_ID, 2, systemd=True)
     for host in (1, 2):
         state = rig.ssh(host, "systemctl is-system-running --wait", check=False, timeout=120).stdout.strip()
@@ -445,4 +449,47 @@ def test_systemd_mode(rig_factory, rig_lib) -> None:
         assert rig.ssh(host, "ps -o comm= -p 1").stdout.strip() == "systemd"
     assert rig.ssh(1, "hostname").stdout.strip() == "host1"
     rig.down()
-    assert _wait_no_leftovers(rig_lib, RIG_ID) == []
+    assert _wait_no_leftovers(RIG_ID) == []
+
+
+def test_image_save_then_up_gives_each_host_its_own_identity(rig_factory) -> None:
+    """``rig image save`` keeps a host's changes (files, removals); ``up --image`` starts hosts with them,
+    each with its own hostname, /etc/hosts, GPU profile and ssh host keys; an image in use is not removed."""
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    rig = rig_factory(RIG_ID, 1)
+    rig.ssh(1, "mkdir -p /opt/mift-image-test && echo kept > /opt/mift-image-test/file && rm /etc/issue.net")
+    source_key = rig.ssh(1, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
+    try:
+        saved = rig.rig("image", "save", name, "--host", "1")
+        assert f"image {name}" in saved.stdout, saved.stdout
+        rig.down(purge=True)
+        clone = Rig(rig_id=RIG_ID, hosts=2, image=name)
+        clone.up(profiles={2: "mi250x"})
+        try:
+            seen = {}
+            for host in (1, 2):
+                probe = (
+                    "hostname; cat /opt/mift-image-test/file; test -e /etc/issue.net && echo present || "
+                    "echo removed; cat /etc/mift-testdouble/gpu-profile; "
+                    "cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub; grep -c host /etc/hosts"
+                )
+                seen[host] = clone.ssh(host, probe).stdout.split()
+            assert seen[1][:4] == ["host1", "kept", "removed", "mi300x"], seen
+            assert seen[2][:4] == ["host2", "kept", "removed", "mi250x"], seen
+            assert len({seen[1][4], seen[2][4], source_key}) == 3, "ssh host keys shared with the source host"
+            assert seen[1][5] == seen[2][5] == "2", seen  # both peers in /etc/hosts
+            mixed = clone.rig("up", "3", check=False)
+            assert mixed.returncode != 0 and f"image '{name}'" in mixed.stderr, mixed.stderr
+            layered = clone.rig("image", "save", f"{name}-2", check=False)
+            assert layered.returncode != 0 and f"runs on image '{name}'" in layered.stderr, layered.stderr
+            in_use = clone.rig("image", "rm", name, check=False)
+            assert in_use.returncode != 0 and "in use by rig" in in_use.stderr, in_use.stderr
+        finally:
+            clone.down(purge=True)
+        for bad in (["up", "1", "--image", "no-such-image"], ["up", "1", "--image", "../x"]):
+            proc = clone.rig(*bad, check=False)
+            assert proc.returncode != 0 and proc.stderr.startswith("rig: "), (bad, proc.stderr)
+            assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    finally:
+        run([str(RIG), "image", "rm", name], env=rig.env(), check=False)
+    assert not (RIG_HOME / "images" / name).exists()
