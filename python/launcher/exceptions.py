@@ -1,7 +1,7 @@
 """The launcher's error hierarchy; every user-facing error is one of these.
 
-An error carries typed :class:`~launcher.problems.Problem` objects (file, key path, message, rule) from where they
-were found to where they are printed; ``str(err)`` is the one line the CLI shows.
+An error carries typed :class:`~launcher.problems.Problem` objects (file, key path, message, rule) from where
+they were found to where they are printed; ``str(err)`` is the one line the CLI shows.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ POLL_TIMEOUT_S = 8  # seconds a node has to answer one poll (poll.yml)
 
 
 def agent_source() -> str:
-    """Return the controller path of the node agent script (``mift_contract.py`` and ``mift_probe.py`` next to it)."""
+    """Return the controller path of the node agent script (``mift_contract.py`` and ``mift_probe.py`` next
+    to it)."""
     return str(resources.files("launcher") / "data" / "mift_agent.py")
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from launcher.exceptions import ConfigurationError
 from launcher.problems import Problem
-from launcher.validation.loading import load_yaml_text, read_config_bytes, decode_text
+from launcher.validation.loading import decode_text, load_yaml_text, read_config_bytes
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -49,7 +49,8 @@ class JobSpec(_Strict):
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
     train_config: Path
-    # None (left out): the training YAML's own ``deepspeed`` file, if it names one (docs/launcher.md, "DeepSpeed")
+    # None (left out): the training YAML's own ``deepspeed`` file, if it names one (docs/launcher.md,
+    # "DeepSpeed")
     deepspeed: Literal["auto", "none"] | Path | None = None
     hosts: str | list[str] = "trainers"
     nproc_per_node: Annotated[int, Field(gt=0)] | None = None
@@ -188,7 +189,9 @@ def _problems(source: Path, err: ValidationError) -> list[Problem]:
 def parse_job_spec(data: object, source: Path) -> JobSpec:
     """Validate ``data`` (parsed YAML) as a job spec; relative paths are taken from ``source``'s folder."""
     if not isinstance(data, dict):
-        raise ConfigurationError.at(source, "(file)", "a job spec must be a mapping of keys to values", "kind")
+        raise ConfigurationError.at(
+            source, "(file)", "a job spec must be a mapping of keys to values", "kind"
+        )
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as err:

@@ -1,9 +1,9 @@
 """The defects of issue 15, one test each, run in-process through ``launcher.main.cli``.
 
-``run`` is driven against ``NodesDouble``, a test double of ``launcher.runner.PlaybookRunner`` (this machine has
-no nodes for these tests): it answers the preflight and launch playbooks as two healthy CPU nodes would and keeps
-the bundle each node would have received. ``RefusingRunner`` fails the test if anything constructs it: bad input
-must be refused before a runner exists.
+``run`` is driven against ``NodesDouble``, a test double of ``launcher.runner.PlaybookRunner`` (this machine
+has no nodes for these tests): it answers the preflight and launch playbooks as two healthy CPU nodes would
+and keeps the bundle each node would have received. ``RefusingRunner`` fails the test if anything constructs
+it: bad input must be refused before a runner exists.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from launcher.runner import PlaybookResult
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ("host1", "host2")
-# where the PlaybookRunner class is looked up (today's engine and the one before it, which imported it by name)
+# where the PlaybookRunner class is looked up (today's engine and the one before it, which imported it by
+# name)
 RUNNER_HOMES = ("launcher.runner", "launcher.commands.run", "launcher.job", "launcher.engine.steps")
 
 
@@ -97,7 +98,9 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (tmp_path / "configs" / sub).mkdir(parents=True)
     (tmp_path / "configs" / "data").symlink_to(REPO / "configs" / "data")
     for name in ("ds_z3.json", "ds_z3_offload.json"):
-        (tmp_path / "configs" / "deepspeed" / name).write_bytes((REPO / "configs" / "deepspeed" / name).read_bytes())
+        (tmp_path / "configs" / "deepspeed" / name).write_bytes(
+            (REPO / "configs" / "deepspeed" / name).read_bytes()
+        )
     train = yaml.safe_load((REPO / "configs" / "train" / "tiny_cpu_lora_sft.yaml").read_text())
     (tmp_path / "configs" / "train" / "plain.yaml").write_text(yaml.safe_dump(train))
     train["deepspeed"] = "/opt/mift/configs/deepspeed/ds_z3_offload.json"
@@ -171,7 +174,7 @@ def test_shipped_training_yaml_is_the_validated_one(lab, monkeypatch, capsys):
     assert shipped["max_steps"] == original["max_steps"] == 8
 
 
-# --- loaders: any bytes, any path ----------------------------------------------------------------------------
+# --- loaders: any bytes, any path ---------------------------------------------------------------------------
 
 
 def test_validate_non_utf8_file_is_one_line_exit_2(tmp_path, capsys):
@@ -218,11 +221,12 @@ def test_validate_huge_file_is_refused_unread(tmp_path, capsys):
     assert "too large" in _one_error_line(capsys.readouterr().err)
 
 
-# --- typed problems, no string round trip ---------------------------------------------------------------------
+# --- typed problems, no string round trip -------------------------------------------------------------------
 
 
 def test_job_spec_problems_keep_their_own_key(tmp_path):
-    """Two job spec errors are two problems, each with its key (was: one problem, keys glued into a message)."""
+    """Two job spec errors are two problems, each with its key (was: one problem, keys glued into a
+    message)."""
     from launcher.validation import validate_file  # noqa: PLC0415
 
     job = tmp_path / "two.yaml"
@@ -242,7 +246,7 @@ def test_plan_reads_the_training_yaml_like_validation(lab, capsys):
     assert "dup.yaml" in line and "duplicate key 'cutoff_len'" in line
 
 
-# --- the playbooks' data is data -------------------------------------------------------------------------------
+# --- the playbooks' data is data ----------------------------------------------------------------------------
 
 
 def test_playbooks_hand_results_back_as_data_not_task_names():
@@ -253,7 +257,7 @@ def test_playbooks_hand_results_back_as_data_not_task_names():
         assert any("ansible.builtin.set_stats" in t for t in tasks), playbook
 
 
-# --- launch cost -----------------------------------------------------------------------------------------------
+# --- launch cost --------------------------------------------------------------------------------------------
 
 
 def _imports_after(code: str, env: dict[str, str]) -> set[str]:
@@ -284,10 +288,13 @@ def test_help_imports_no_engine_dependency(tmp_path):
     reason="DeepSpeed/LLaMA-Factory not installed: nothing heavy to avoid",
 )
 def test_second_validation_of_the_same_files_imports_no_torch(tmp_path):
-    """The real classes' verdict is cached per (file content, package versions): the second run skips torch."""
+    """The real classes' verdict is cached per (file content, package versions): the second run skips
+    torch."""
     env = {**os.environ, "MIFT_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("MIFT_VALIDATE_BUILTIN", None)
-    code = "from launcher.main import cli\nassert cli(['validate', '-q', 'configs/jobs/tiny-lora-z3.yaml']) == 0"
+    code = (
+        "from launcher.main import cli\nassert cli(['validate', '-q', 'configs/jobs/tiny-lora-z3.yaml']) == 0"
+    )
     first = _imports_after(code, env)
     assert "torch" in first  # the real classes ran once
     second = _imports_after(code, env)

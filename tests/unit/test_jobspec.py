@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.exceptions import ConfigurationError
 from launcher.engine.load import load_job
+from launcher.exceptions import ConfigurationError
 from launcher.jobspec import is_secret, load_job_spec, mask_env, parse_job_spec
 
 REPO = Path(__file__).parents[2]

@@ -7,13 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.engine.load import load_job
+from launcher.engine.plan import build_plan
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import parse_job_spec
 from launcher.nodeenv import masked, render_node_env, resolve_nproc
-from launcher.preflight import stack_drift
-from launcher.engine.load import load_job
-from launcher.engine.plan import build_plan
-from launcher.preflight import NodeFacts
+from launcher.preflight import NodeFacts, stack_drift
 
 SRC = Path("/jobs/x.yaml")
 
@@ -81,8 +80,13 @@ def test_plan_sets_deepspeed_output_and_resume(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(
         yaml.safe_dump(
-            {"name": "a", "train_config": "t.yaml", "deepspeed": "ds.json", "output_dir": "/data/{run_id}",
-             "resume": True}
+            {
+                "name": "a",
+                "train_config": "t.yaml",
+                "deepspeed": "ds.json",
+                "output_dir": "/data/{run_id}",
+                "resume": True,
+            }
         )
     )
     plan = build_plan(load_job(job), _facts("h1", "h2"), "r1")

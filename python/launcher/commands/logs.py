@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-
 from typing import TYPE_CHECKING
 
 from launcher.exceptions import ConfigurationError
@@ -52,6 +51,7 @@ def show_logs(ref: str, *, node: str, follow: bool) -> ExitCode:
     """Print (and with ``follow``, keep printing) one node's trainer log."""
     from launcher.job import Job, is_final  # noqa: PLC0415 - `--help` imports no engine
     from launcher.runs import find_run  # noqa: PLC0415
+
     run = find_run(ref)
     record = run.load()
     host = _host(record, node)

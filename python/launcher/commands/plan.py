@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _facts(path: Path | None) -> dict[str, Any]:
-    from launcher.validation.loading import load_json_text, decode_text, read_config_bytes  # noqa: PLC0415
+    from launcher.validation.loading import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
 
     if path is None:
         return {}
@@ -66,6 +66,7 @@ def _facts(path: Path | None) -> dict[str, Any]:
 def cluster_from(args: argparse.Namespace, hosts: str | list[str], nproc: int | None) -> Cluster:
     """Combine flags, facts, the job spec and the preset (in that order of precedence)."""
     from launcher.planning.memory import Cluster  # noqa: PLC0415
+
     gpus, gpu_mem, host_mem = PRESETS[args.hardware]
     facts = _facts(args.facts)
     nodes = args.nodes or (len(hosts) if isinstance(hosts, list) else 1)

@@ -62,7 +62,9 @@ def _resume_source(ref: str, inventory: Path | None) -> tuple[Path, Path | None,
         )
     output_dir = record.get("output_dir")
     if not record.get("hosts") or not isinstance(output_dir, str):
-        raise ConfigurationError.at(where, "hosts", "the run never started a trainer: nothing to resume", "resume")
+        raise ConfigurationError.at(
+            where, "hosts", "the run never started a trainer: nothing to resume", "resume"
+        )
     spec_path = Path(str(record.get("spec_path", "")))
     if not spec_path.is_file():
         raise ConfigurationError.at(where, "spec_path", f"{spec_path}: the run's job spec is gone", "resume")

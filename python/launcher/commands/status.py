@@ -30,7 +30,8 @@ def _cmd_status(args: argparse.Namespace) -> ExitCode:
 
 
 def show_status(ref: str | None) -> ExitCode:
-    """Print a run's status; poll and, when nobody follows it, finish an active run (the engine's finish step)."""
+    """Print a run's status; poll and, when nobody follows it, finish an active run (the engine's finish
+    step)."""
     from launcher.engine.finish import finish  # noqa: PLC0415
     from launcher.job import Job, is_final, launcher_alive  # noqa: PLC0415
     from launcher.report import status_lines  # noqa: PLC0415

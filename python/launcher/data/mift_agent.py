@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Node agent of the launcher, the supervisor side: start, report on and stop one trainer in a node run directory.
+"""Node agent of the launcher (the supervisor side): start, report on and stop one trainer in a node run
+directory.
 
-Standard library only: the launch playbook copies this file, ``mift_contract.py`` (the controller/node contract:
-job, bundle, status) and ``mift_probe.py`` (the read-only probe preflight feeds to ``python3 -``) into
-``/var/lib/mift/runs/<run_id>/``, and the playbooks run it with the system ``python3``. The run directory holds,
-unpacked by ``start`` from the ``bundle.json`` the launch playbook copied:
+Standard library only: the launch playbook copies this file, ``mift_contract.py`` (the controller/node
+contract: job, bundle, status) and ``mift_probe.py`` (the read-only probe preflight feeds to ``python3 -``)
+into ``/var/lib/mift/runs/<run_id>/``, and the playbooks run it with the system ``python3``. The run directory
+holds, unpacked by ``start`` from the ``bundle.json`` the launch playbook copied:
 
 * ``job.json``  -- ``mift_contract.Job`` (no secrets)
 * ``env.json``  -- the trainer's extra environment, mode 0600 (may hold secrets)

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # files of a node run directory
 BUNDLE_FILE = "bundle.json"
@@ -113,7 +116,7 @@ def job_from(data: object, where: str = JOB_FILE) -> Job:
     """Return ``data`` as a :class:`Job`; raise :class:`ContractError` naming the first bad field."""
     if not isinstance(data, dict):
         raise ContractError(f"{where}: not a JSON object")
-    checks = {
+    checks: dict[str, Callable[[Any], bool]] = {
         "run_id": lambda v: isinstance(v, str) and bool(v),
         "node_rank": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
         "argv": lambda v: isinstance(v, list) and bool(v) and all(isinstance(a, str) for a in v),
@@ -140,11 +143,15 @@ def bundle_from(data: object, where: str = BUNDLE_FILE) -> Bundle:
     if not isinstance(data, dict):
         raise ContractError(f"{where}: not a JSON object")
     files, env = data.get("files"), data.get("env")
-    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+    ):
         raise ContractError(f"{where}: files: must map file names to text")
     if any(Path(name).name != name or name.startswith(".") for name in files):
         raise ContractError(f"{where}: files: plain file names only")
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
         raise ContractError(f"{where}: env: must map names to strings")
     return Bundle(files=dict(files), job=job_from(data.get("job"), f"{where}: job"), env=dict(env))
 

@@ -2,12 +2,12 @@
 """Read-only probe of a node, run by the launcher's preflight before anything is written on the node.
 
 Standard library only: preflight feeds this file to the system ``python3 -`` on stdin (no file is written, no
-directory created). One command prints one JSON object (``mift_contract``'s ``Probe`` keys): free disk where the
-outputs go, whether the master port is free, the trainer entry point, the stack versions installed in the node
-venv now, the ``checkpoint-N`` folders of a run to resume, and what the trainer's torch reports (CUDA or ROCm
-build, GPU count and memory: ``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cli``, which is what
-a ``pip install --target`` folder has). The versions and torch are asked in parallel. Never fails: preflight
-decides what the answers mean.
+directory created). One command prints one JSON object (read by ``launcher.preflight``): free disk where
+the outputs go, whether the master port is free, the trainer entry point, the stack versions installed in the
+node venv now, the ``checkpoint-N`` folders of a run to resume, and what the trainer's torch reports (CUDA or
+ROCm build, GPU count and memory: ``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cli``,
+which is what a ``pip install --target`` folder has). The versions and torch are asked in parallel. Never
+fails: preflight decides what the answers mean.
 
     python3 - RUN_DIR [--path OUTPUT_DIR] [--port PORT] [--venv VENV] [--checkpoints DIR] < mift_probe.py
 """
@@ -88,7 +88,6 @@ def probe(venv: Path, timeout: float = 120.0) -> dict[str, Any]:
     if not isinstance(data, dict):
         return {"python": python, "error": "output is not a JSON object"}
     return {**data, "python": python}
-
 
 
 def _free_bytes(path: Path) -> int:
@@ -181,16 +180,16 @@ def cmd_facts(path: Path, port: int | None, venv: Path, ckpt_dir: Path | None = 
         versions = pool.submit(installed_versions, venv)
         torch = pool.submit(probe, venv)
         return {
-        "ok": True,
-        "hostname": socket.gethostname(),
-        "free_bytes": _free_bytes(path),
-        "port": port,
-        "port_free": _port_free(port) if port else None,
-        "trainer_cli": str(cli),
-        "trainer_cli_found": os.access(cli, os.X_OK),
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "mem_total_bytes": _mem_total(),
+            "ok": True,
+            "hostname": socket.gethostname(),
+            "free_bytes": _free_bytes(path),
+            "port": port,
+            "port_free": _port_free(port) if port else None,
+            "trainer_cli": str(cli),
+            "trainer_cli_found": os.access(cli, os.X_OK),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "mem_total_bytes": _mem_total(),
             "versions": versions.result(),
             "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
             "torch": torch.result(),

@@ -46,7 +46,9 @@ class ConfigFile:
         raw = read_config_bytes(path, what)
         data = parse_config(raw, path)
         if not isinstance(data, dict):
-            raise ConfigurationError.at(path, "(file)", f"a {what} must be a mapping of keys to values", "kind")
+            raise ConfigurationError.at(
+                path, "(file)", f"a {what} must be a mapping of keys to values", "kind"
+            )
         return cls(path, raw, MappingProxyType(data), str(path))
 
 
@@ -58,8 +60,9 @@ class LoadedJob:
         spec_path: the job spec file.
         spec: the validated job spec (controller paths resolved from its folder).
         train: the training YAML.
-        deepspeed: the DeepSpeed config the run uses (None: no DeepSpeed, or ``auto``: chosen after preflight).
-        deepspeed_from: where the choice came from: ``job spec``, ``training YAML``, ``none`` or ``auto``.
+        deepspeed: the DeepSpeed config the run uses (None: no DeepSpeed, or ``auto``: chosen after
+        preflight). deepspeed_from: where the choice came from: ``job spec``, ``training YAML``, ``none`` or
+        ``auto``.
     """
 
     spec_path: Path

@@ -1,8 +1,8 @@
 """Plan: the one immutable run plan, built once from the loaded job and the node facts.
 
-The plan holds the bytes of every file the nodes get (``train.yaml``, ``ds_config.json``), rendered here from the
-configs read at load time; :func:`validate_plan` validates exactly these bytes, and the ship step copies exactly
-these bytes to the nodes.
+The plan holds the bytes of every file the nodes get (``train.yaml``, ``ds_config.json``), rendered here from
+the configs read at load time; :func:`validate_plan` validates exactly these bytes, and the ship step copies
+exactly these bytes to the nodes.
 """
 
 from __future__ import annotations
@@ -95,7 +95,12 @@ def _auto_deepspeed(train: Mapping[str, Any], facts: NodeFacts) -> tuple[str, di
     gpu_mem = facts.gpu_mem_gib(facts.master) or 191.98  # mift_gpus, else torch (CUDA), else one MI300X
     host_mem = float(master.get("mem_total_bytes") or 0) / 1024**3
     return choose_deepspeed_config(
-        train.get("model_name_or_path"), dict(train), facts.nproc_per_node, len(facts.hosts), gpu_mem, host_mem
+        train.get("model_name_or_path"),
+        dict(train),
+        facts.nproc_per_node,
+        len(facts.hosts),
+        gpu_mem,
+        host_mem,
     )
 
 
@@ -111,7 +116,7 @@ def _resume_step(facts: NodeFacts, resume: ResumeFrom, spec_path: Path) -> int:
             f"no checkpoint-N in {resume.output_dir} on {host} (run {resume.run_id}); nothing to resume",
             "resume",
         )
-    return max(common)
+    return int(max(common))
 
 
 def _configs(
@@ -142,7 +147,9 @@ def _configs(
             train["resume_from_checkpoint"] = spec.resume
     if resume is not None:
         output_dir = resume.output_dir
-        train["resume_from_checkpoint"] = f"{output_dir}/checkpoint-{_resume_step(facts, resume, job.spec_path)}"
+        train["resume_from_checkpoint"] = (
+            f"{output_dir}/checkpoint-{_resume_step(facts, resume, job.spec_path)}"
+        )
         train["overwrite_output_dir"] = False
     train["output_dir"] = output_dir
     if len(facts.hosts) > 1:
@@ -185,7 +192,8 @@ def build_plan(job: LoadedJob, facts: NodeFacts, run_id: str, resume: ResumeFrom
                 "output_dir": output_dir,
                 "expect_outputs": list(expect) if rank == 0 else [],
                 # the checkpoint the trainer resumes from ("last": LLaMA-Factory picks output_dir's last one)
-                "resume_from": train.get("resume_from_checkpoint") or ("last" if spec.resume is True else None),
+                "resume_from": train.get("resume_from_checkpoint")
+                or ("last" if spec.resume is True else None),
             }
         )
         for rank, host in enumerate(facts.hosts)

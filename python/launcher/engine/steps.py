@@ -63,7 +63,8 @@ def _refuse(report: FileReport) -> None:
 
 
 def validate(job: LoadedJob) -> None:
-    """Validate the loaded job; the shipped key lists answer first when they speak for the installed classes."""
+    """Validate the loaded job; the shipped key lists answer first when they speak for the installed
+    classes."""
     from launcher.validation import backends  # noqa: PLC0415
     from launcher.validation.files import validate_loaded  # noqa: PLC0415
 
@@ -75,7 +76,9 @@ def validate(job: LoadedJob) -> None:
 def load_and_check(job_path: Path, inventory: Path | None) -> LoadedJob:
     """Load and validate the job and check its hosts against the inventory (in parallel); bad input raises."""
     job = load_job(job_path)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # ansible-inventory runs while the configs are checked
+    with concurrent.futures.ThreadPoolExecutor(
+        1
+    ) as pool:  # ansible-inventory runs while the configs are checked
         hosts = pool.submit(check_hosts, job.spec, inventory, job_path)
         try:
             validate(job)
@@ -141,8 +144,8 @@ def run_job(
 def _write_node_files(run: RunDir, plan: RunPlan) -> None:
     """Write ``files/<host>/``: the plan's files and job.json (kept), and ``bundle.json`` (0600).
 
-    The bundle is the one file the launch playbook copies per node (the plan's file bytes, job, env); the agent
-    unpacks it. It holds the environment in clear, so it is deleted once the nodes have it.
+    The bundle is the one file the launch playbook copies per node (the plan's file bytes, job, env); the
+    agent unpacks it. It holds the environment in clear, so it is deleted once the nodes have it.
     """
     for host in plan.hosts:
         host_dir = run.files_dir / host
@@ -226,7 +229,8 @@ def _ship_and_follow(
     run.set_status("running")
     print(
         f"started on {len(facts.hosts)} nodes in {time.monotonic() - t_start:.1f} s "
-        f"(MASTER_ADDR={plan.master_addr} MASTER_PORT={spec.master_port} NPROC_PER_NODE={facts.nproc_per_node})",
+        f"(MASTER_ADDR={plan.master_addr} MASTER_PORT={spec.master_port} "
+        f"NPROC_PER_NODE={facts.nproc_per_node})",
         file=out,
         flush=True,
     )

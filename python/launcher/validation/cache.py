@@ -37,7 +37,8 @@ def cache_dir() -> Path:
     return Path(base) / "mift-launcher" / "validation"
 
 
-def _version(dist: str) -> str | None:
+def installed_version(dist: str) -> str | None:
+    """Return the installed version of ``dist`` (package metadata only), or None."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -51,7 +52,7 @@ def environment_key() -> str:
     code = hashlib.sha256()
     for name in _CODE:
         code.update((here / name).read_bytes())
-    versions = {dist: _version(dist) for dist in DISTRIBUTIONS}
+    versions = {dist: installed_version(dist) for dist in DISTRIBUTIONS}
     return json.dumps({"versions": versions, "code": code.hexdigest()}, sort_keys=True)
 
 
@@ -78,8 +79,14 @@ def _write(path: Path, value: object) -> None:
         return
 
 
-def cached(what: str, content: object, compute: Callable[[], T], *, encode: Callable[[T], object] = lambda v: v,
-           decode: Callable[[Any], T] = lambda v: v) -> T:
+def cached(
+    what: str,
+    content: object,
+    compute: Callable[[], T],
+    *,
+    encode: Callable[[T], object] = lambda v: v,
+    decode: Callable[[Any], T] = lambda v: v,
+) -> T:
     """Return ``compute()``'s verdict on ``content``, from the cache when the same check ran before.
 
     Args:

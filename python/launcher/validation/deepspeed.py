@@ -135,7 +135,9 @@ def _check_section_real(
     return [Problem(path, key, message, rule) for key, message, rule in found]
 
 
-def _section_verdict(top: str, data: Mapping[str, Any], schema: DeepSpeedSchema) -> list[tuple[str, str, str]]:
+def _section_verdict(
+    top: str, data: Mapping[str, Any], schema: DeepSpeedSchema
+) -> list[tuple[str, str, str]]:
     from pydantic import ValidationError  # noqa: PLC0415
 
     from launcher.validation.deepspeed_schema import _strict_sections  # noqa: PLC0415
@@ -155,7 +157,7 @@ def _section_verdict(top: str, data: Mapping[str, Any], schema: DeepSpeedSchema)
             else:
                 found.append((dotted, " ".join(str(item["msg"]).split()), "value-type"))
         return found
-    except Exception as err:  # noqa: BLE001 - DeepSpeed's own checks raise anything; each is one problem
+    except Exception as err:
         return [(top, " ".join(str(err).split()) or type(err).__name__, "value-type")]
     return []
 

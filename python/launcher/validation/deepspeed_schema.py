@@ -185,8 +185,13 @@ def live_schema() -> DeepSpeedSchema:
     """Return the schema of the installed DeepSpeed (derived once per version, then from the cache)."""
     from launcher.validation.cache import cached  # noqa: PLC0415
 
-    return cached("deepspeed-schema", None, _derive_schema, encode=DeepSpeedSchema.to_json,
-                  decode=DeepSpeedSchema.from_json)
+    return cached(
+        "deepspeed-schema",
+        None,
+        _derive_schema,
+        encode=DeepSpeedSchema.to_json,
+        decode=DeepSpeedSchema.from_json,
+    )
 
 
 def _derive_schema() -> DeepSpeedSchema:

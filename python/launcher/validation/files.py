@@ -47,9 +47,9 @@ def _walk(folder: Path) -> list[Path]:
 def _rejected_fast(check: Callable[..., FileReport], path: Path, builtin: bool | None) -> FileReport | None:
     """A report with errors from the shipped key lists, when they speak for the installed real classes.
 
-    When the real classes are selected (``builtin`` None, not forced) and the lists were generated from the very
-    versions installed, a file the lists reject is reported at once, without importing the real classes; a file
-    they accept is then checked with the real classes (whose verdict is cached: :mod:`.cache`).
+    When the real classes are selected (``builtin`` None, not forced) and the lists were generated from the
+    very versions installed, a file the lists reject is reported at once, without importing the real classes;
+    a file they accept is then checked with the real classes (whose verdict is cached: :mod:`.cache`).
     """
     if builtin is not None or backends.builtin_forced() or not backends.shipped_lists_match_installed():
         return None
@@ -143,7 +143,9 @@ def validate_files(paths: Iterable[str | Path], *, builtin: bool | None = None) 
                 found.append(report)
         if not any(r.validated or not r.ok for r in found):
             message = "nothing validated: no job spec, LLaMA-Factory YAML or DeepSpeed JSON found here"
-            found.append(FileReport(str(item), ConfigKind.UNKNOWN, problems=[Problem(str(item), "", message, "empty")]))
+            found.append(
+                FileReport(str(item), ConfigKind.UNKNOWN, problems=[Problem(str(item), "", message, "empty")])
+            )
         reports.extend(found)
     return reports
 

@@ -85,8 +85,13 @@ def live_schema() -> LlamaFactorySchema:
     """Return the schema of the installed LLaMA-Factory (derived once per version, then from the cache)."""
     from launcher.validation.cache import cached  # noqa: PLC0415
 
-    return cached("llamafactory-schema", None, _derive_schema, encode=LlamaFactorySchema.to_json,
-                  decode=LlamaFactorySchema.from_json)
+    return cached(
+        "llamafactory-schema",
+        None,
+        _derive_schema,
+        encode=LlamaFactorySchema.to_json,
+        decode=LlamaFactorySchema.from_json,
+    )
 
 
 def _derive_schema() -> LlamaFactorySchema:

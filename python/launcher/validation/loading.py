@@ -2,9 +2,10 @@
 
 Files are read once, as bytes (:func:`read_config_bytes`: a directory, FIFO, socket, device, symlink loop,
 unreadable or huge file is refused before anything is opened that could block), decoded as UTF-8, then parsed.
-JSON and YAML are read the way their consumers do, and duplicate keys are refused. YAML is read with OmegaConf's
-float rule (LLaMA-Factory loads its YAML through OmegaConf), so ``1e-4`` is a float here as it is there, where
-plain PyYAML would read a string. Mapping keys must be strings (``yes:`` would be the boolean True).
+JSON and YAML are read the way their consumers do, and duplicate keys are refused. YAML is read with
+OmegaConf's float rule (LLaMA-Factory loads its YAML through OmegaConf), so ``1e-4`` is a float here as it is
+there, where plain PyYAML would read a string. Mapping keys must be strings (``yes:`` would be the boolean
+True).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def decode_text(raw: bytes, path: Path) -> str:
         raise _file_error(
             path, f"not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start})", "syntax"
         ) from None
+
 
 # Same expression as omegaconf._utils.get_yaml_loader (YAML 1.2 floats, exponent without a dot).
 _FLOAT_RE = re.compile(

@@ -1,4 +1,5 @@
-"""The problems model lives in :mod:`launcher.problems` (the CLI and the engine share it); re-exported here."""
+"""The problems model lives in :mod:`launcher.problems` (the CLI and the engine share it); re-exported
+here."""
 
 from __future__ import annotations
 
