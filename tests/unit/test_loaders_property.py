@@ -1,7 +1,8 @@
-"""Property: whatever bytes, YAML or JSON a config holds, the CLI answers with an exit code, never a traceback.
+"""Property: whatever bytes, YAML or JSON a config holds, the CLI answers with an exit code, not a traceback.
 
 ``validate`` exits 0 or 2 with one line per problem; ``run`` and ``plan`` exit 2 on a bad job spec with one
-line, and ``run`` never constructs the ansible-runner wrapper (the test double ``RefusingRunner`` fails if it does).
+line, and ``run`` never constructs the ansible-runner wrapper (the test double ``RefusingRunner`` fails if
+it does).
 """
 
 from __future__ import annotations
