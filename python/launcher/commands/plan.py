@@ -13,7 +13,6 @@ from launcher.exit_codes import BAD_INPUT, OK, ExitCode
 if TYPE_CHECKING:
     from launcher.planning.memory import Cluster
 
-SAFETY_MARGIN = 0.10  # launcher.plan.SAFETY_MARGIN, here so that `--help` imports no planner
 
 # Hardware presets: GPUs per node, usable HBM per GPU (GiB), host RAM (GiB).
 PRESETS: dict[str, tuple[int, float, float]] = {
@@ -45,9 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--gpu-mem-gib", type=float, help="usable memory per GPU in GiB")
     p.add_argument("--host-mem-gib", type=float, help="RAM per host in GiB")
-    p.add_argument(
-        "--margin", type=float, default=SAFETY_MARGIN, help=f"safety margin (default {SAFETY_MARGIN})"
-    )
+    p.add_argument("--margin", type=float, help="safety margin (default: launcher.plan.SAFETY_MARGIN, 0.1)")
     p.set_defaults(func=run)
     return p
 
@@ -81,12 +78,13 @@ def cluster_from(args: argparse.Namespace, hosts: str | list[str], nproc: int | 
 def run(args: argparse.Namespace) -> ExitCode:
     """Print the plan; exit 2 when no strategy fits. The job is read by the engine's one loader."""
     from launcher.engine.load import load_job  # noqa: PLC0415
-    from launcher.plan import make_plan, resolve_shape, workload_from_train  # noqa: PLC0415
+    from launcher.plan import SAFETY_MARGIN, make_plan, resolve_shape, workload_from_train  # noqa: PLC0415
     from launcher.planning.report import render  # noqa: PLC0415
 
+    margin = SAFETY_MARGIN if args.margin is None else args.margin
     job = load_job(args.job)
     spec, train = job.spec, dict(job.train.data)
     workload = workload_from_train(resolve_shape(args.model_config, train), train)
-    plan = make_plan(workload, cluster_from(args, spec.hosts, spec.nproc_per_node), args.margin)
+    plan = make_plan(workload, cluster_from(args, spec.hosts, spec.nproc_per_node), margin)
     print(json.dumps(plan.as_json(), indent=2) if args.json else render(plan))
     return OK if plan.choice is not None else BAD_INPUT
