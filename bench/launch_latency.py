@@ -16,6 +16,13 @@ happens, the bench stops what it started and checks that no trainer process is l
 
     python bench/launch_latency.py --hosts 2 4 [--rig-id 8] [--provision] [--repeat 1] [--down]
     python bench/launch_latency.py --hosts 2 -i inventory/demo/hosts.yml     # already provisioned hosts
+    python bench/launch_latency.py --hosts 2 -i .rig/5/inventory.yml --until started --repeat 5 \
+        --compare /tmp/old-checkout   # `run` -> started only; another checkout's launcher side by side
+
+``--until started`` stops each launcher run as soon as it printed ``started on N nodes`` (no first step, no
+by-hand run) and prints the median of the repeats; ``--compare DIR`` runs the launcher of the checkout
+``DIR`` (its ``python/`` and playbooks, this venv) the same way, alternating with this one, so before/after
+are measured under the same load.
 
 ``--provision`` brings the rig up and runs ``provision.yml`` on it first (slow: the node venv is installed on
 every host); without it the hosts must already be provisioned (the rig's, or ``-i`` an inventory).
@@ -30,6 +37,7 @@ import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -264,7 +272,10 @@ def wait_first_step(hosts: Hosts, master: str, log: str, needle: str, t0: float,
 class Bench:
     """One host count: the launcher run, then the same trainer by hand; cleans up what it started."""
 
-    def __init__(self, hosts: Hosts, names: list[str], work: Path, args: argparse.Namespace) -> None:
+    def __init__(
+        self, hosts: Hosts, names: list[str], work: Path, args: argparse.Namespace, repo: Path = REPO
+    ) -> None:
+        self.repo = repo
         self.hosts = hosts
         self.names = names
         self.work = work
@@ -272,6 +283,10 @@ class Bench:
         self.runs = work / "runs"
         self.runs.mkdir(parents=True, exist_ok=True)
         self.env = {**os.environ, "MIFT_RUNS_DIR": str(self.runs)}
+        if repo != REPO:  # the launcher of another checkout: its package first on the path
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                [str(repo / "python"), *filter(None, [os.environ.get("PYTHONPATH")])]
+            )
         self.launcher_runs: list[str] = []
         self.bench_keys: list[str] = []
 
@@ -301,7 +316,7 @@ class Bench:
         argv = launcher_argv("run", str(job), "-i", str(self.hosts.inventory), "--detach")
         say(f"  launcher: {' '.join(argv[1:])}")
         t0, t0_wall = time.monotonic(), time.time()
-        rc = run_logged(argv, log, self.args.start_timeout, "launcher run", env=self.env, cwd=REPO)
+        rc = run_logged(argv, log, self.args.start_timeout, "launcher run", env=self.env, cwd=self.repo)
         returned = time.monotonic() - t0
         # the launcher's last lines ("started on N nodes ...", "detached; ...") are written once every trainer
         # runs; the interpreter then still has to exit: the log's mtime is when the trainers were started
@@ -318,6 +333,9 @@ class Bench:
             f"  launcher: all {len(self.names)} trainers started after {started:.1f} s, `run --detach` "
             f"returned after {returned:.1f} s (run {run_id})"
         )
+        if self.args.until == "started":
+            self.stop_launcher(run_id)
+            return started, returned, playbook, float("nan"), run_id
         run_dir = f"/var/lib/mift/runs/{run_id}"
         first = wait_first_step(
             self.hosts,
@@ -334,7 +352,7 @@ class Bench:
     def stop_launcher(self, run_id: str) -> None:
         out = self.work / f"stop-{run_id}.log"
         argv = launcher_argv("stop", run_id)
-        rc = run_logged(argv, out, 300, "launcher stop", env=self.env, cwd=REPO)
+        rc = run_logged(argv, out, 300, "launcher stop", env=self.env, cwd=self.repo)
         if rc != 0:
             raise BenchError(f"launcher stop {run_id} failed (rc={rc}):\n{out.read_text()[-2000:]}")
         self.launcher_runs.remove(run_id)
@@ -438,23 +456,28 @@ def rig_inventory(rig_id: int, count: int) -> Path:
 
 def measure(hosts: Hosts, args: argparse.Namespace, work: Path) -> list[tuple[Any, ...]]:
     rows = []
+    repos = [("this", REPO)] + ([("compare", args.compare.resolve())] if args.compare else [])
     for n in args.hosts:
         names = hosts.names[:n]
         for i in range(args.repeat):
-            tag = f"{n}h-{i + 1}"
-            say(f"{n} hosts ({', '.join(names)}), run {i + 1}/{args.repeat}")
-            bench = Bench(hosts, names, work / tag, args)
-            try:
-                l_start, l_ret, l_play, l_first, run_id = bench.launcher(tag)
-                h_start, h_first = bench.by_hand(run_id, tag)
-            finally:
-                bench.cleanup()
-            rows.append((n, l_start, l_ret, l_play, l_first, h_start, h_first))
-            say(
-                f"{n} hosts: launcher started {l_start:.1f} s (returned {l_ret:.1f} s, start playbook "
-                f"{l_play:.1f} s), first step {l_first:.1f} s | by hand started {h_start:.1f} s, first step "
-                f"{h_first:.1f} s"
-            )
+            for label, repo in repos:  # alternating: both see the same load
+                tag = f"{n}h-{label}-{i + 1}"
+                say(f"{n} hosts ({', '.join(names)}), {label} ({repo}), run {i + 1}/{args.repeat}")
+                bench = Bench(hosts, names, work / tag, args, repo)
+                try:
+                    l_start, l_ret, l_play, l_first, run_id = bench.launcher(tag)
+                    if args.until == "started":
+                        h_start = h_first = float("nan")
+                    else:
+                        h_start, h_first = bench.by_hand(run_id, tag)
+                finally:
+                    bench.cleanup()
+                rows.append((label, n, l_start, l_ret, l_play, l_first, h_start, h_first))
+                say(
+                    f"{n} hosts, {label}: launcher started {l_start:.1f} s (returned {l_ret:.1f} s, start "
+                    f"playbook {l_play:.1f} s), first step {l_first:.1f} s | by hand started "
+                    f"{h_start:.1f} s, first step {h_first:.1f} s"
+                )
     return rows
 
 
@@ -483,8 +506,9 @@ def run_bench(hosts: Hosts, args: argparse.Namespace, work: Path) -> list[tuple[
 
 
 def print_table(rows: list[tuple[Any, ...]]) -> None:
-    """Print the results as a Markdown table."""
+    """Print the results as a Markdown table, then the median per checkout and host count."""
     header = (
+        "launcher",
         "hosts",
         "launcher: started",
         "(`run` returned)",
@@ -495,8 +519,16 @@ def print_table(rows: list[tuple[Any, ...]]) -> None:
     )
     print("\n| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for n, ls, lr, lp, lf, hs, hf in rows:
-        print(f"| {n} | {ls:.1f} s | {lr:.1f} s | {lp:.1f} s | {lf:.1f} s | {hs:.1f} s | {hf:.1f} s |")
+    for label, n, ls, lr, lp, lf, hs, hf in rows:
+        print(
+            f"| {label} | {n} | {ls:.1f} s | {lr:.1f} s | {lp:.1f} s | {lf:.1f} s | {hs:.1f} s | {hf:.1f} s |"
+        )
+    print("\n| launcher | hosts | runs | median started | median `run` returned | median start playbook |")
+    print("|---|---|---|---|---|---|")
+    for label, n in dict.fromkeys((r[0], r[1]) for r in rows):
+        mine = [r for r in rows if r[0] == label and r[1] == n]
+        medians = [statistics.median(r[k] for r in mine) for k in (2, 3, 4)]
+        print(f"| {label} | {n} | {len(mine)} | " + " | ".join(f"{m:.1f} s" for m in medians) + " |")
 
 
 def main() -> int:
@@ -512,6 +544,13 @@ def main() -> int:
     parser.add_argument("--start-timeout", type=float, default=900, help="deadline of `run --detach`, s")
     parser.add_argument("--step-timeout", type=float, default=900, help="deadline of the first step, s")
     parser.add_argument("--provision-timeout", type=float, default=7200)
+    parser.add_argument(
+        "--until",
+        choices=("first-step", "started"),
+        default="first-step",
+        help="started: stop each run once every trainer started (no first step, no by-hand run)",
+    )
+    parser.add_argument("--compare", type=Path, help="also time the launcher of this checkout (before/after)")
     args = parser.parse_args()
     if min(args.hosts) < 1:
         parser.error("--hosts: counts must be >= 1")

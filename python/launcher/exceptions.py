@@ -1,20 +1,46 @@
-"""The launcher's error hierarchy; every user-facing error is one of these."""
+"""The launcher's error hierarchy; every user-facing error is one of these.
+
+An error carries typed :class:`~launcher.problems.Problem` objects (file, key path, message, rule) from where
+they were found to where they are printed; ``str(err)`` is the one line the CLI shows.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from launcher.exit_codes import BAD_INPUT, JOB_FAILED, ExitCode
+from launcher.problems import Problem
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
 
 
 class LauncherError(Exception):
-    """Base class: ``str(err)`` is the one line shown to the user."""
+    """Base class: ``str(err)`` is the one line shown to the user.
+
+    Args:
+        message: the line, when the error is not about a file (a host, a run).
+        problems: the problems found; the line joins the errors among them.
+    """
 
     exit_code: ExitCode = JOB_FAILED
+
+    def __init__(self, message: str = "", *, problems: Iterable[Problem] = ()) -> None:
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        errors = [str(p) for p in self.problems if p.is_error] or [str(p) for p in self.problems]
+        super().__init__(" ".join((message or "; ".join(errors)).split()))
 
 
 class ConfigurationError(LauncherError):
     """Bad input: a config typo, a missing file, an unknown host. Nothing remote was touched."""
 
     exit_code = BAD_INPUT
+
+    @classmethod
+    def at(cls, path: str | Path, key: str, message: str, rule: str = "schema") -> ConfigurationError:
+        """Return the error of one problem in one file."""
+        return cls(problems=[Problem(str(path), key, message, rule)])
 
 
 class JobFailedError(LauncherError):

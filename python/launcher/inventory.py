@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.exceptions import ConfigurationError
-from launcher.runner import ANSIBLE_CFG, REPO_ROOT
+from launcher.repo import ANSIBLE_CFG, REPO_ROOT
 from launcher.validation.loading import load_yaml_text
 
 if TYPE_CHECKING:

@@ -28,7 +28,8 @@ POLL_TIMEOUT_S = 8  # seconds a node has to answer one poll (poll.yml)
 
 
 def agent_source() -> str:
-    """Return the controller path of the node agent script."""
+    """Return the controller path of the node agent script (``mift_contract.py`` and ``mift_probe.py`` next
+    to it)."""
     return str(resources.files("launcher") / "data" / "mift_agent.py")
 
 
@@ -155,7 +156,7 @@ class Job:
     def collect(self) -> PlaybookResult:
         """Fetch node logs, state and metrics into ``nodes/<host>/`` (not interruptible).
 
-        Each node's ``Report collect`` result holds its ``status`` and ``outputs`` (the output files).
+        Each node's ``collect`` result (``mift_contract.CollectResult``) holds its ``status`` and ``outputs``.
         """
         self.run.nodes_dir.mkdir(exist_ok=True)
         result = self.runner.run(

@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from launcher.exceptions import ConfigurationError
-from launcher.validation.loading import load_yaml_text
+from launcher.problems import Problem
+from launcher.validation.loading import decode_text, load_yaml_text, read_config_bytes
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -48,7 +49,9 @@ class JobSpec(_Strict):
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
     train_config: Path
-    deepspeed: Literal["auto", "none"] | Path = "none"
+    # None (left out): the training YAML's own ``deepspeed`` file, if it names one (docs/launcher.md,
+    # "DeepSpeed")
+    deepspeed: Literal["auto", "none"] | Path | None = None
     hosts: str | list[str] = "trainers"
     nproc_per_node: Annotated[int, Field(gt=0)] | None = None
     master_addr: str | None = None
@@ -156,39 +159,43 @@ def _union_groups(errors: list[Any]) -> list[tuple[tuple[int | str, ...], list[A
     return list(groups.items())
 
 
-def _format_errors(source: Path, err: ValidationError) -> str:
-    lines = []
+def _problems(source: Path, err: ValidationError) -> list[Problem]:
+    """Return one problem per pydantic error, each with its own key path."""
+    problems = []
     for loc, items in _union_groups(err.errors()):
         item = items[0]
         dotted = ".".join(str(p) for p in loc) or "(top)"
+        rule = "job-spec"
         if item["type"] == "extra_forbidden":
             key = str(loc[-1])
             near = difflib.get_close_matches(key, _field_names(JobSpec, loc), n=1, cutoff=0.5)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
-            lines.append(f"{source}: {dotted}: unknown key{hint}")
+            msg = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
+            rule = "unknown-key"
         elif item["type"] == "missing":
-            lines.append(f"{source}: {dotted}: required key missing")
+            msg, rule = "required key missing", "required-key"
         elif len(items) > 1:
             words = [_TYPE_WORDS.get(str(i["loc"][-1]), str(i["loc"][-1])) for i in items]
             got = type(item.get("input")).__name__
-            lines.append(f"{source}: {dotted}: must be {', '.join(words[:-1])} or {words[-1]}, not a {got}")
+            msg = f"must be {', '.join(words[:-1])} or {words[-1]}, not a {got}"
         else:
             msg = str(item["msg"]).removeprefix("Value error, ")
             key, sep, rest = msg.partition(": ")
             if not loc and sep and key in JobSpec.model_fields:  # a check across keys names the key at fault
                 dotted, msg = key, rest
-            lines.append(f"{source}: {dotted}: {msg}")
-    return "; ".join(lines)
+        problems.append(Problem(str(source), dotted, msg, rule))
+    return problems
 
 
 def parse_job_spec(data: object, source: Path) -> JobSpec:
     """Validate ``data`` (parsed YAML) as a job spec; relative paths are taken from ``source``'s folder."""
     if not isinstance(data, dict):
-        raise ConfigurationError(f"{source}: a job spec must be a mapping of keys to values")
+        raise ConfigurationError.at(
+            source, "(file)", "a job spec must be a mapping of keys to values", "kind"
+        )
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as err:
-        raise ConfigurationError(_format_errors(source, err)) from None
+        raise ConfigurationError(problems=_problems(source, err)) from None
     base = source.parent
     updates: dict[str, Any] = {"train_config": (base / spec.train_config).resolve()}
     if isinstance(spec.deepspeed, Path):
@@ -196,15 +203,12 @@ def parse_job_spec(data: object, source: Path) -> JobSpec:
     return spec.model_copy(update=updates)
 
 
+def load_job_spec_bytes(raw: bytes, path: Path) -> JobSpec:
+    """Validate the bytes of a job spec file (as read once by the engine); every problem raises."""
+    data = load_yaml_text(decode_text(raw, path), path)  # duplicate keys are errors too
+    return parse_job_spec(data, path)
+
+
 def load_job_spec(path: Path) -> JobSpec:
     """Read and validate a job spec file; every problem raises :class:`ConfigurationError`."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigurationError(f"{path}: cannot read job spec: {err.strerror}") from None
-    data = load_yaml_text(text, path)  # one line on a syntax error; duplicate keys are errors too
-    spec = parse_job_spec(data, path)
-    for label, target in (("train_config", spec.train_config), ("deepspeed", spec.deepspeed)):
-        if isinstance(target, Path) and not target.is_file():
-            raise ConfigurationError(f"{path}: {label}: {target}: no such file")
-    return spec
+    return load_job_spec_bytes(read_config_bytes(path, "job spec"), path)

@@ -86,7 +86,6 @@ def run_preflight(
     runner: PlaybookRunner,
     spec: JobSpec,
     run_id: str,
-    agent_src: str,
     *,
     output_dir: str | None = None,
     checkpoints_of: str | None = None,
@@ -97,17 +96,15 @@ def run_preflight(
         runner: the run's playbook runner.
         spec: the job spec.
         run_id: the new run's id (node paths relative to its node run directory).
-        agent_src: the node agent, fed to ``python3 -`` on the nodes.
         output_dir: the node output_dir when it is not the spec's (``run --resume``).
         checkpoints_of: a node path whose ``checkpoint-N`` folders are listed (``run --resume``).
     """
     extravars: dict[str, Any] = {
         "mift_hosts": spec.host_pattern,
         "mift_run_id": run_id,
-        "mift_agent_src": agent_src,
+        "mift_probe_src": probe_source(),
         "mift_master_port": spec.master_port,
         "mift_output_dir": output_dir or spec.output_dir.format(run_id=run_id),
-        "mift_torch_probe_src": torch_probe_source(),
     }
     if spec.node_venv is not None:  # else the inventory's mift_node_venv, else /opt/mift/venv
         extravars["mift_node_venv"] = spec.node_venv
@@ -141,9 +138,9 @@ def run_preflight(
     return facts
 
 
-def torch_probe_source() -> str:
-    """Return the controller path of the torch probe that preflight feeds to the nodes' ``python3``."""
-    return str(resources.files("launcher") / "data" / "mift_torch_probe.py")
+def probe_source() -> str:
+    """Return the controller path of the read-only probe that preflight feeds to the nodes' ``python3``."""
+    return str(resources.files("launcher") / "data" / "mift_probe.py")
 
 
 def apply_torch_facts(facts: NodeFacts) -> None:

@@ -15,20 +15,19 @@ from typing import TYPE_CHECKING, Any
 import ansible_runner
 
 from launcher.exceptions import ConfigurationError
+from launcher.repo import ANSIBLE_CFG, PLAYBOOK_DIR, REPO_ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 LOG = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK_DIR = REPO_ROOT / "playbooks"
-ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
 # ansible-runner runs `ansible-playbook` from PATH; these are passed through to it as they are
 PASS_THROUGH_ENV = ("ANSIBLE_PRIVATE_KEY_FILE", "ANSIBLE_SSH_ARGS", "ANSIBLE_REMOTE_USER", "SSH_AUTH_SOCK")
-KEEP_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "playbook_on_stats")
-# events carry the registered results the launcher reads; only these task name prefixes are kept in memory
-RESULT_TASK_PREFIX = "Report "
+KEEP_EVENTS = ("runner_on_failed", "runner_on_unreachable", "playbook_on_stats")
+# the playbooks hand their results back with set_stats (per_host: false, aggregate: true) under this key:
+# {host: {result name: value}}; ansible-runner delivers it as the stats event's artifact_data
+RESULTS_KEY = "mift_results"
 
 
 @dataclass
@@ -39,7 +38,7 @@ class PlaybookResult:
     rc: int
     status: str
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
-    # host -> task name (less the "Report " prefix) -> its result (``msg`` of debug, or parsed stdout)
+    # host -> result name -> its value, as the playbook handed it back (set_stats ``mift_results``)
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     # host -> one line saying what failed (unreachable or a failed task)
     failures: dict[str, str] = field(default_factory=dict)
@@ -52,18 +51,8 @@ class PlaybookResult:
         return self.rc == 0 and not self.failures
 
     def report(self, host: str, name: str) -> Any:  # noqa: ANN401 - JSON from the nodes
-        """Return the result a host reported for task ``Report <name>``, or None."""
+        """Return the result ``name`` a host handed back (``mift_results.<host>.<name>``), or None."""
         return self.reports.get(host, {}).get(name)
-
-
-def _result_of(res: Mapping[str, Any]) -> Any:  # noqa: ANN401 - JSON from the nodes
-    if "msg" in res and "stdout" not in res:
-        return res["msg"]
-    stdout = res.get("stdout", "")
-    try:
-        return json.loads(stdout)
-    except (TypeError, ValueError):
-        return {"stdout": stdout, "rc": res.get("rc")}
 
 
 def _failure_line(res: Mapping[str, Any], task: str) -> str:
@@ -212,5 +201,9 @@ class PlaybookRunner:
             result.failures[host] = f"unreachable: {str(res.get('msg', '')).strip()}"
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
             result.failures.setdefault(host, _failure_line(res, task))
-        if task.startswith(RESULT_TASK_PREFIX) and kind in ("runner_on_ok", "runner_on_failed"):
-            result.reports.setdefault(host, {})[task.removeprefix(RESULT_TASK_PREFIX)] = _result_of(res)
+        if kind == "playbook_on_stats":
+            handed = (data.get("artifact_data") or {}).get(RESULTS_KEY)
+            if isinstance(handed, dict):
+                for name, values in handed.items():
+                    if isinstance(values, dict):
+                        result.reports.setdefault(str(name), {}).update(values)

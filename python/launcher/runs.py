@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.exceptions import ConfigurationError
-from launcher.runner import REPO_ROOT
+from launcher.repo import REPO_ROOT
 
 RECORD = "record.json"
 ACTIVE_STATES = ("created", "preflight", "starting", "running", "stopping")

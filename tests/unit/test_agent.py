@@ -76,6 +76,8 @@ def test_env_reaches_trainer_as_data(tmp_path: Path) -> None:
     (run_dir / "env.json").write_text(json.dumps({"WEIRD": "a b; $(rm -rf /) 'q'"}))
     job = {
         "run_id": "t-env",
+        "node_rank": 0,
+        "expect_outputs": [],
         "output_dir": str(run_dir),
         "argv": [sys.executable, "-c", "import os; print('WEIRD=' + os.environ['WEIRD'])"],
     }
@@ -137,14 +139,20 @@ def test_start_unpacks_the_bundle_with_private_modes(tmp_path: Path) -> None:
     out = run_dir / "output"
     job = {
         "run_id": "t-bundle",
+        "node_rank": 0,
+        "expect_outputs": [],
         "output_dir": str(out),
         "argv": [sys.executable, str(FAKE), str(out), "--steps", "1"],
     }
     bundle = {"files": {"train.yaml": "a: 1\n", "../escape.txt": "x"}, "job": job, "env": {"HF_TOKEN": "t"}}
     (run_dir / "bundle.json").write_text(json.dumps(bundle))
+    refused = agent("start", str(run_dir))  # mift_contract: plain file names only
+    assert not refused["ok"] and "plain file names only" in refused["error"]
+    assert not (tmp_path / "escape.txt").exists() and not (run_dir / "escape.txt").exists()
+    del bundle["files"]["../escape.txt"]
+    (run_dir / "bundle.json").write_text(json.dumps(bundle))
     assert agent("start", str(run_dir))["ok"]
-    assert not (run_dir / "bundle.json").exists() and not (tmp_path / "escape.txt").exists()
-    assert (run_dir / "escape.txt").is_file()
+    assert not (run_dir / "bundle.json").exists()
     for name in ("train.yaml", "env.json", "job.json"):
         assert (run_dir / name).stat().st_mode & 0o777 == 0o600
     assert wait_state(run_dir, {"finished", "failed"})["state"] == "finished"

@@ -14,7 +14,7 @@ import pytest
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import parse_job_spec
 from launcher.nodeenv import render_node_env, resolve_nproc
-from launcher.preflight import NodeFacts, _check, apply_torch_facts, torch_probe_source
+from launcher.preflight import NodeFacts, _check, apply_torch_facts, probe_source
 from launcher.torchinfo import cuda_hosts, torch_backend, torch_gpu_count, torch_gpu_mem_gib
 
 SRC = Path("/jobs/x.yaml")
@@ -143,14 +143,15 @@ def test_node_venv_defaults_to_the_inventory() -> None:
 
 
 def _run_probe(venv: Path) -> dict[str, Any]:
+    """What preflight's probe (fed on stdin, as preflight.yml does) says torch reports."""
     out = subprocess.run(
-        [sys.executable, "-", str(venv)],
-        input=Path(torch_probe_source()).read_text(),
+        [sys.executable, "-", str(venv.parent / "run"), "--venv", str(venv)],
+        input=Path(probe_source()).read_text(),
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    return json.loads(out)
+    return json.loads(out)["torch"]
 
 
 def test_torch_probe_follows_the_cli_shebang_of_a_pip_target(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.engine.load import load_job
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import is_secret, load_job_spec, mask_env, parse_job_spec
 
@@ -29,7 +30,9 @@ def test_defaults_and_relative_paths() -> None:
 
 def test_deepspeed_auto_and_none_stay_words() -> None:
     assert parse_job_spec({"name": "a", "train_config": "t", "deepspeed": "auto"}, SRC).deepspeed == "auto"
-    assert parse_job_spec({"name": "a", "train_config": "t"}, SRC).deepspeed == "none"
+    assert parse_job_spec({"name": "a", "train_config": "t", "deepspeed": "none"}, SRC).deepspeed == "none"
+    # left out: the training YAML decides (launcher.engine.load.choose_deepspeed)
+    assert parse_job_spec({"name": "a", "train_config": "t"}, SRC).deepspeed is None
 
 
 @pytest.mark.parametrize(
@@ -64,7 +67,7 @@ def test_missing_train_config_file(tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text("name: a\ntrain_config: nope.yaml\n")
     with pytest.raises(ConfigurationError, match=r"train_config: .*nope.yaml: no such file"):
-        load_job_spec(spec)
+        load_job(spec)
 
 
 def test_not_a_mapping(tmp_path: Path) -> None:

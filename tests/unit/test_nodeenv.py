@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.engine.load import load_job
+from launcher.engine.plan import build_plan
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import parse_job_spec
 from launcher.nodeenv import masked, render_node_env, resolve_nproc
-from launcher.preflight import stack_drift
-from launcher.trainconfig import prepare, write_files
+from launcher.preflight import NodeFacts, stack_drift
 
 SRC = Path("/jobs/x.yaml")
 
@@ -60,27 +61,44 @@ def test_stack_drift_names_host_and_package() -> None:
     ]
 
 
-def test_prepare_sets_deepspeed_output_and_resume(tmp_path: Path) -> None:
+def _facts(*hosts: str) -> NodeFacts:
+    return NodeFacts(
+        hosts=list(hosts),
+        train_address={h: f"10.0.0.{i}" for i, h in enumerate(hosts)},
+        stack={h: {} for h in hosts},
+        gpus={h: {} for h in hosts},
+        probe={h: {} for h in hosts},
+        nproc_per_node=1,
+    )
+
+
+def test_plan_sets_deepspeed_output_and_resume(tmp_path: Path) -> None:
     train = tmp_path / "t.yaml"
     train.write_text("finetuning_type: lora\ndeepspeed: /somewhere/ds.json\noutput_dir: /x\n")
     ds = tmp_path / "ds.json"
     ds.write_text('{"zero_optimization": {"stage": 3}}')
-    job = parse_job_spec(
-        {
-            "name": "a",
-            "train_config": str(train),
-            "deepspeed": str(ds),
-            "output_dir": "/data/{run_id}",
-            "resume": True,
-        },
-        SRC,
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        yaml.safe_dump(
+            {
+                "name": "a",
+                "train_config": "t.yaml",
+                "deepspeed": "ds.json",
+                "output_dir": "/data/{run_id}",
+                "resume": True,
+            }
+        )
     )
-    cfg = prepare(job, "r1")
-    assert cfg.train["deepspeed"] == "ds_config.json" and cfg.train["output_dir"] == "/data/r1"
-    assert cfg.train["overwrite_output_dir"] is False
-    assert cfg.expect_outputs == ("adapter_model.safetensors", "all_results.json")
-    write_files(cfg, tmp_path / "files")
-    assert yaml.safe_load((tmp_path / "files" / "train.yaml").read_text())["deepspeed"] == "ds_config.json"
-    assert (tmp_path / "files" / "ds_config.json").is_file()
-    no_ds = prepare(parse_job_spec({"name": "a", "train_config": str(train)}, SRC), "r1")
-    assert "deepspeed" not in no_ds.train and no_ds.train["overwrite_output_dir"] is True
+    plan = build_plan(load_job(job), _facts("h1", "h2"), "r1")
+    shipped = yaml.safe_load(plan.files["train.yaml"])
+    assert shipped["deepspeed"] == "ds_config.json" and shipped["output_dir"] == "/data/r1"
+    assert shipped["overwrite_output_dir"] is False and shipped["save_on_each_node"] is True
+    assert plan.expect_outputs == ("adapter_model.safetensors", "all_results.json")
+    assert yaml.safe_load(plan.files["ds_config.json"])["checkpoint"] == {"use_node_local_storage": True}
+    assert plan.jobs["h1"]["expect_outputs"] and not plan.jobs["h2"]["expect_outputs"]
+    train.write_text("finetuning_type: lora\noutput_dir: /x\n")
+    job.write_text(yaml.safe_dump({"name": "a", "train_config": "t.yaml"}))
+    no_ds = build_plan(load_job(job), _facts("h1"), "r1")
+    shipped = yaml.safe_load(no_ds.files["train.yaml"])
+    assert "deepspeed" not in shipped and shipped["overwrite_output_dir"] is True
+    assert set(no_ds.files) == {"train.yaml"}

@@ -6,8 +6,10 @@ Each case runs in a fresh interpreter so that ``sys.modules`` tells whether the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,13 +39,15 @@ print(json.dumps({"ok": report.ok, "keys": [p.key for p in report.problems if p.
 
 
 def probe(path: Path, mode: str = "match") -> dict[str, object]:
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, str(path), mode],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
+    with tempfile.TemporaryDirectory() as cache:  # an empty cache of the real classes' verdicts
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE, str(path), mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=600,
+            env={**os.environ, "MIFT_CACHE_DIR": cache},
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -21,7 +21,7 @@ EXPECTED = {
     "ds_batch_mismatch.json": ("train_batch_size", "batch-size-consistency"),
     "ds_bad_value.json": ("zero_optimization.stage", "value-type"),
     "ds_removed_key.json": ("amp", "removed-key"),
-    "ds_duplicate_key.json": ("(file)", "job-spec"),
+    "ds_duplicate_key.json": ("(file)", "syntax"),
     "lf_typo.yaml": ("lora_rnk", "unknown-key"),
     "lf_bad_types.yaml": ("learning_rate", "value-type"),
     "lf_pure_bf16_zero3.yaml": ("pure_bf16", "pure-bf16-zero3"),
@@ -32,7 +32,7 @@ EXPECTED = {
     "lf_hf_mismatch.yaml": ("per_device_train_batch_size", "hf-values-match"),
     "lf_seed_deepspeed.yaml": ("bf16", "hf-values-match"),
     "lf_missing_model.yaml": ("model_name_or_path", "required-key"),
-    "lf_duplicate_key.yaml": ("(file)", "job-spec"),
+    "lf_duplicate_key.yaml": ("(file)", "syntax"),
     "unknown_kind.yaml": ("(file)", "kind"),
 }
 

@@ -6,7 +6,6 @@ import argparse
 import time
 
 from launcher.exit_codes import OK, ExitCode
-from launcher.runs import list_runs, runs_root
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -19,6 +18,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _cmd_list(_args: argparse.Namespace) -> ExitCode:
+    from launcher.runs import list_runs, runs_root  # noqa: PLC0415 - `--help` imports no engine
+
     runs = list_runs()
     if not runs:
         print(f"no runs in {runs_root()}")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import OK, ExitCode
-from launcher.job import Job, is_final
-from launcher.runs import RunDir, find_run
+
+if TYPE_CHECKING:
+    from launcher.runs import RunDir
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -47,6 +49,9 @@ def _log_path(run: RunDir, host: str) -> str:
 
 def show_logs(ref: str, *, node: str, follow: bool) -> ExitCode:
     """Print (and with ``follow``, keep printing) one node's trainer log."""
+    from launcher.job import Job, is_final  # noqa: PLC0415 - `--help` imports no engine
+    from launcher.runs import find_run  # noqa: PLC0415
+
     run = find_run(ref)
     record = run.load()
     host = _host(record, node)

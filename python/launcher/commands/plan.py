@@ -5,16 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import BAD_INPUT, OK, ExitCode
-from launcher.jobspec import load_job_spec
-from launcher.plan import SAFETY_MARGIN, make_plan, resolve_shape, workload_from_train
-from launcher.planning.memory import Cluster
-from launcher.planning.report import render
+
+if TYPE_CHECKING:
+    from launcher.planning.memory import Cluster
+
 
 # Hardware presets: GPUs per node, usable HBM per GPU (GiB), host RAM (GiB).
 PRESETS: dict[str, tuple[int, float, float]] = {
@@ -46,27 +44,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--gpu-mem-gib", type=float, help="usable memory per GPU in GiB")
     p.add_argument("--host-mem-gib", type=float, help="RAM per host in GiB")
-    p.add_argument(
-        "--margin", type=float, default=SAFETY_MARGIN, help=f"safety margin (default {SAFETY_MARGIN})"
-    )
+    p.add_argument("--margin", type=float, help="safety margin (default: launcher.plan.SAFETY_MARGIN, 0.1)")
     p.set_defaults(func=run)
     return p
 
 
 def _facts(path: Path | None) -> dict[str, Any]:
+    from launcher.validation.loading import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
+
     if path is None:
         return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ConfigurationError(f"{path}: cannot read facts: {err}") from None
+    data = load_json_text(decode_text(read_config_bytes(path, "facts file"), path), path)
     if not isinstance(data, dict):
-        raise ConfigurationError(f"{path}: facts must be a JSON object")
+        raise ConfigurationError.at(path, "(file)", "facts must be a JSON object", "kind")
     return data
 
 
 def cluster_from(args: argparse.Namespace, hosts: str | list[str], nproc: int | None) -> Cluster:
     """Combine flags, facts, the job spec and the preset (in that order of precedence)."""
+    from launcher.planning.memory import Cluster  # noqa: PLC0415
+
     gpus, gpu_mem, host_mem = PRESETS[args.hardware]
     facts = _facts(args.facts)
     nodes = args.nodes or (len(hosts) if isinstance(hosts, list) else 1)
@@ -79,15 +76,15 @@ def cluster_from(args: argparse.Namespace, hosts: str | list[str], nproc: int | 
 
 
 def run(args: argparse.Namespace) -> ExitCode:
-    """Print the plan; exit 2 when no strategy fits."""
-    spec = load_job_spec(args.job)
-    try:
-        train = yaml.safe_load(spec.train_config.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise ConfigurationError(f"{spec.train_config}: cannot read training YAML: {err}") from None
-    if not isinstance(train, dict):
-        raise ConfigurationError(f"{spec.train_config}: a training YAML must be a mapping")
+    """Print the plan; exit 2 when no strategy fits. The job is read by the engine's one loader."""
+    from launcher.engine.load import load_job  # noqa: PLC0415
+    from launcher.plan import SAFETY_MARGIN, make_plan, resolve_shape, workload_from_train  # noqa: PLC0415
+    from launcher.planning.report import render  # noqa: PLC0415
+
+    margin = SAFETY_MARGIN if args.margin is None else args.margin
+    job = load_job(args.job)
+    spec, train = job.spec, dict(job.train.data)
     workload = workload_from_train(resolve_shape(args.model_config, train), train)
-    plan = make_plan(workload, cluster_from(args, spec.hosts, spec.nproc_per_node), args.margin)
+    plan = make_plan(workload, cluster_from(args, spec.hosts, spec.nproc_per_node), margin)
     print(json.dumps(plan.as_json(), indent=2) if args.json else render(plan))
     return OK if plan.choice is not None else BAD_INPUT

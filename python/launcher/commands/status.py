@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
-from launcher.job import Job, is_final, launcher_alive
-from launcher.report import status_lines
-from launcher.runs import find_run
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -30,7 +30,13 @@ def _cmd_status(args: argparse.Namespace) -> ExitCode:
 
 
 def show_status(ref: str | None) -> ExitCode:
-    """Print a run's status; poll and, when nobody follows it, finalize an active run."""
+    """Print a run's status; poll and, when nobody follows it, finish an active run (the engine's finish
+    step)."""
+    from launcher.engine.finish import finish  # noqa: PLC0415
+    from launcher.job import Job, is_final, launcher_alive  # noqa: PLC0415
+    from launcher.report import status_lines  # noqa: PLC0415
+    from launcher.runs import find_run  # noqa: PLC0415
+
     run = find_run(ref)
     record = run.load()
     live = record.get("status") in ("running", "stopping") or not launcher_alive(record)
@@ -40,9 +46,7 @@ def show_status(ref: str | None) -> ExitCode:
         run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
         verdict = job.judge(nodes)
         if verdict.state != "running" and not launcher_alive(record):
-            if verdict.state != "succeeded":
-                job.stop()
-            job.finalize(verdict.state, verdict.reason, nodes)
+            finish(job, verdict, nodes)
         record = run.load()
     elif not is_final(record) and not launcher_alive(record) and not record.get("hosts"):
         run.set_status("rejected", "launcher ended before any trainer was started")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
-from launcher.job import Job, is_final
-from launcher.report import print_summary
-from launcher.runs import find_run
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -30,6 +30,11 @@ def _cmd_stop(args: argparse.Namespace) -> ExitCode:
 
 def stop_run(ref: str) -> ExitCode:
     """Stop the run everywhere; exit 0 when nothing is left running on any node."""
+    from launcher.engine.finish import finish  # noqa: PLC0415
+    from launcher.job import Job, Verdict, is_final  # noqa: PLC0415
+    from launcher.report import print_summary  # noqa: PLC0415
+    from launcher.runs import find_run  # noqa: PLC0415
+
     run = find_run(ref)
     record = run.load()
     if not record.get("hosts"):
@@ -44,9 +49,10 @@ def stop_run(ref: str) -> ExitCode:
     }
     for host, line in result.failures.items():
         print(f"{host}: {line}", file=sys.stderr)
-    if not is_final(record):
-        job.finalize("stopped", "stopped by `launcher stop`")
-    print_summary(run, sys.stdout)
+    if is_final(record):
+        print_summary(run, sys.stdout)
+    else:
+        finish(job, Verdict("stopped", "stopped by `launcher stop`"), out=sys.stdout, stopped=True)
     if left or result.failures:
         print(
             f"error: processes may be left on: {', '.join(sorted({*left, *result.failures}))}",

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Node agent of the launcher: start, report on and stop one trainer in a node run directory.
+"""Node agent of the launcher (the supervisor side): start, report on and stop one trainer in a node run
+directory.
 
-Standard library only: the launch playbook copies this file into ``/var/lib/mift/runs/<run_id>/`` and the
-playbooks run it with the system ``python3``; preflight feeds it to ``python3 -`` on stdin (``facts`` writes
-nothing on the node). The run directory holds, written by the launch playbook:
+Standard library only: the launch playbook copies this file, ``mift_contract.py`` (the controller/node
+contract: job, bundle, status) and ``mift_probe.py`` (the read-only probe preflight feeds to ``python3 -``)
+into ``/var/lib/mift/runs/<run_id>/``, and the playbooks run it with the system ``python3``. The run directory
+holds, unpacked by ``start`` from the ``bundle.json`` the launch playbook copied:
 
-* ``job.json``  -- ``{"run_id", "argv", "output_dir", "expect_outputs", "node_rank"}`` (no secrets)
+* ``job.json``  -- ``mift_contract.Job`` (no secrets)
 * ``env.json``  -- the trainer's extra environment, mode 0600 (may hold secrets)
+* the files of the run plan (``train.yaml``, ``ds_config.json``), mode 0600
 
 and, written by this agent:
 
@@ -39,7 +42,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -49,8 +51,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-MARKER = "MIFT_AGENT_KEY"
-STATE_FILE = "state.json"
+import mift_contract as contract
+from mift_probe import checkpoints
+
+MARKER = contract.MARKER
+STATE_FILE = contract.STATE_FILE
 LOG_TAIL_BYTES = 4096
 # printed by a ZeRO-3 rank on CPU when a gloo thread races interpreter teardown after training finished
 TEARDOWN_ABORT = "terminate called without an active exception"
@@ -269,23 +274,26 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float) -> None:
     _write_json(run_dir / STATE_FILE, state)
 
 
-def unpack_bundle(run_dir: Path) -> None:
-    """Write the files of ``bundle.json`` (one copy per node) into the run dir, then delete it.
+def unpack_bundle(run_dir: Path) -> str | None:
+    """Write the files of ``bundle.json`` (``mift_contract.Bundle``) into the run dir, then delete it.
 
-    The bundle is ``{"files": {name: text}, "job": {...}, "env": {...}}``; every file is written 0600.
+    Every file is written 0600. Returns why the bundle is unusable (None: unpacked, or no bundle).
     """
-    bundle_path = run_dir / "bundle.json"
-    bundle = _read_json(bundle_path)
-    if not bundle:
-        return
-    for name, text in dict(bundle.get("files", {})).items():
-        target = run_dir / Path(str(name)).name  # plain names only, never a path out of the run dir
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    bundle_path = run_dir / contract.BUNDLE_FILE
+    if not bundle_path.exists():
+        return None
+    try:
+        bundle = contract.bundle_from(json.loads(bundle_path.read_text()))
+    except (OSError, ValueError) as err:
+        return str(err)
+    for name, text in bundle["files"].items():
+        fd = os.open(run_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
-            fh.write(str(text))
-    _write_json(run_dir / "job.json", dict(bundle.get("job", {})), 0o600)
-    _write_json(run_dir / "env.json", dict(bundle.get("env", {})), 0o600)
+            fh.write(text)
+    _write_json(run_dir / contract.JOB_FILE, dict(bundle["job"]), 0o600)
+    _write_json(run_dir / contract.ENV_FILE, dict(bundle["env"]), 0o600)
     bundle_path.unlink()
+    return None
 
 
 def mark_latest(run_dir: Path, job: dict[str, Any]) -> str | None:
@@ -315,10 +323,13 @@ def mark_latest(run_dir: Path, job: dict[str, Any]) -> str | None:
 
 def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
     """Start the trainer through a detached supervisor; return once it runs (or ended)."""
-    unpack_bundle(run_dir)
-    job = _read_json(run_dir / "job.json")
-    if not job.get("argv") or not job.get("run_id"):
-        return {"ok": False, "error": f"{run_dir}/job.json: missing argv or run_id"}
+    bad = unpack_bundle(run_dir)
+    if bad:
+        return {"ok": False, "error": f"{run_dir}/{bad}"}
+    try:
+        job: dict[str, Any] = dict(contract.job_from(_read_json(run_dir / contract.JOB_FILE)))
+    except contract.ContractError as err:
+        return {"ok": False, "error": f"{run_dir}/{err}"}
     mark_latest(run_dir, job)
     state = _read_json(run_dir / STATE_FILE)
     if state.get("state") in ("running", "starting") and _alive(state.get("supervisor_pid")):
@@ -476,141 +487,21 @@ def cmd_collect(run_dir: Path) -> dict[str, Any]:
     return {"ok": True, "status": status, "outputs": outputs, "archive": str(archive)}
 
 
-def _free_bytes(path: Path) -> int:
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # as torchrun's TCPStore does: connections of a finished run in TIME_WAIT do not block the port,
-        # only a live listener does
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))  # noqa: S104 - the master listens on every address
-        except OSError:
-            return False
-    return True
-
-
-# the distributions of the stack_check role's probe (mift_stack_probe.py): read fresh by preflight, compared
-# with the provisioned fact
-STACK_DISTS = (
-    "torch",
-    "deepspeed",
-    "llamafactory",
-    "flash_attn",
-    "transformers",
-    "datasets",
-    "accelerate",
-    "peft",
-    "trl",
-)
-_VERSIONS_SCRIPT = """
-import importlib.metadata as md, json, sys
-def v(d):
-    for name in (d.replace('_', '-'), d):
-        try:
-            return md.version(name)
-        except md.PackageNotFoundError:
-            pass
-    return None
-print(json.dumps({d: v(d) for d in sys.argv[1:]}))
-"""
-
-
-def installed_versions(venv: Path) -> dict[str, Any] | None:
-    """Return the versions of the stack's distributions installed in ``venv`` now (None: no venv python)."""
-    python = venv / "bin" / "python"
-    if not os.access(python, os.X_OK):
-        return None
-    try:
-        out = subprocess.run(
-            [str(python), "-I", "-c", _VERSIONS_SCRIPT, *STACK_DISTS],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
-        )
-        data = json.loads(out.stdout)
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def checkpoints(path: Path) -> list[int]:
-    """Return the steps of the ``checkpoint-N`` folders in ``path`` that hold a saved state, ascending."""
-    found = []
-    try:
-        entries = list(path.iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        match = re.fullmatch(r"checkpoint-(\d+)", entry.name)
-        if match and entry.is_dir() and any(entry.iterdir()):
-            found.append(int(match.group(1)))
-    return sorted(found)
-
-
-def cmd_facts(path: Path, port: int | None, venv: Path, ckpt_dir: Path | None = None) -> dict[str, Any]:
-    """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point, versions.
-
-    Read-only: nothing is written on the node.
-    """
-    cli = venv / "bin" / "llamafactory-cli"
-    return {
-        "ok": True,
-        "hostname": socket.gethostname(),
-        "free_bytes": _free_bytes(path),
-        "port": port,
-        "port_free": _port_free(port) if port else None,
-        "trainer_cli": str(cli),
-        "trainer_cli_found": os.access(cli, os.X_OK),
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "mem_total_bytes": _mem_total(),
-        "versions": installed_versions(venv),
-        "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
-    }
-
-
-def _mem_total() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the command, print its JSON result."""
     parser = argparse.ArgumentParser(prog="mift_agent.py", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("start", "status", "stop", "facts", "collect"))
+    parser.add_argument("command", choices=("start", "status", "stop", "collect"))
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument(
         "--wait", type=float, default=30.0, help="start: seconds to wait for the trainer to run"
     )
-    parser.add_argument("--port", type=int, default=0, help="facts: TCP port that must be free")
-    parser.add_argument("--path", type=Path, default=Path("/"), help="facts: where outputs will be written")
-    parser.add_argument("--venv", type=Path, default=Path("/opt/mift/venv"), help="facts: the node venv")
-    parser.add_argument(
-        "--checkpoints", type=Path, default=None, help="facts: list the checkpoint-N folders of this path"
-    )
     args = parser.parse_args(argv)
-    if args.command == "facts":  # relative paths are inside the node run directory (which may not exist yet)
-        ckpt = args.run_dir / args.checkpoints if args.checkpoints is not None else None
-        print(json.dumps(cmd_facts(args.run_dir / args.path, args.port or None, args.venv, ckpt)))
-        return 0
     run_dir: Path = args.run_dir.resolve()
     if not run_dir.is_dir():
         print(json.dumps({"ok": False, "state": "absent", "error": f"{run_dir}: no such run directory"}))
         return 0 if args.command != "start" else 1
+    result: Any
     if args.command == "start":
         result = cmd_start(run_dir, args.grace, args.wait)
     elif args.command == "status":

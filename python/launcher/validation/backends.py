@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.metadata
 import importlib.util
 import io
 import logging
 import os
 from typing import TYPE_CHECKING
+
+from launcher.validation.cache import installed_version
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,13 +55,6 @@ def quiet_import() -> Iterator[None]:
                 handler.setStream(io.StringIO())
 
 
-def _installed(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 @functools.cache
 def shipped_lists_match_installed() -> bool:
     """Return True when the shipped key lists come from the DeepSpeed, LLaMA-Factory and transformers versions
@@ -73,7 +67,7 @@ def shipped_lists_match_installed() -> bool:
 
     ds, lf = ds_schema(), lf_schema()
     return (
-        _installed("deepspeed") == ds.version
-        and _installed("llamafactory") == lf.version
-        and _installed("transformers") == lf.transformers_version
+        installed_version("deepspeed") == ds.version
+        and installed_version("llamafactory") == lf.version
+        and installed_version("transformers") == lf.transformers_version
     )

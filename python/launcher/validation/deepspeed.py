@@ -128,6 +128,16 @@ def _section_for(schema: DeepSpeedSchema, top: str, loc: tuple[str, ...]) -> Sec
 def _check_section_real(
     path: str, top: str, data: Mapping[str, Any], schema: DeepSpeedSchema
 ) -> list[Problem]:
+    """Build DeepSpeed's own model of one section (cached per content and versions: :mod:`.cache`)."""
+    from launcher.validation.cache import cached  # noqa: PLC0415
+
+    found = cached("deepspeed-section", [top, data], lambda: _section_verdict(top, data, schema))
+    return [Problem(path, key, message, rule) for key, message, rule in found]
+
+
+def _section_verdict(
+    top: str, data: Mapping[str, Any], schema: DeepSpeedSchema
+) -> list[tuple[str, str, str]]:
     from pydantic import ValidationError  # noqa: PLC0415
 
     from launcher.validation.deepspeed_schema import _strict_sections  # noqa: PLC0415
@@ -137,19 +147,18 @@ def _check_section_real(
         with backends.quiet_import():
             model(**data)
     except ValidationError as err:
-        problems = []
+        found = []
         for item in err.errors():
             loc = tuple(str(p) for p in item["loc"])
             dotted = ".".join((top, *loc))
             if item["type"] == "extra_forbidden":
                 parent = _section_for(schema, top, loc[:-1])
-                message = _unknown(loc[-1], parent.fields if parent else ())
-                problems.append(Problem(path, dotted, message, "unknown-key"))
+                found.append((dotted, _unknown(loc[-1], parent.fields if parent else ()), "unknown-key"))
             else:
-                problems.append(Problem(path, dotted, " ".join(str(item["msg"]).split()), "value-type"))
-        return problems
+                found.append((dotted, " ".join(str(item["msg"]).split()), "value-type"))
+        return found
     except Exception as err:
-        return [Problem(path, top, " ".join(str(err).split()) or type(err).__name__, "value-type")]
+        return [(top, " ".join(str(err).split()) or type(err).__name__, "value-type")]
     return []
 
 
@@ -168,6 +177,9 @@ def _deprecations(path: str, prefix: str, data: Mapping[str, Any], section: Sect
 def _check_top_level(path: str, config: Mapping[str, Any], schema: DeepSpeedSchema) -> list[Problem]:
     problems = []
     for key in config:
+        if not isinstance(key, str):
+            problems.append(Problem(path, repr(key), "keys must be strings", "value-type"))
+            continue
         if key.startswith("_"):
             continue  # "_comment" style keys are comments by convention
         if key in schema.removed_top_level:

@@ -182,6 +182,19 @@ class _Recorder(dict[str, Any]):
 
 @functools.cache
 def live_schema() -> DeepSpeedSchema:
+    """Return the schema of the installed DeepSpeed (derived once per version, then from the cache)."""
+    from launcher.validation.cache import cached  # noqa: PLC0415
+
+    return cached(
+        "deepspeed-schema",
+        None,
+        _derive_schema,
+        encode=DeepSpeedSchema.to_json,
+        decode=DeepSpeedSchema.from_json,
+    )
+
+
+def _derive_schema() -> DeepSpeedSchema:
     """Derive the schema from the installed DeepSpeed (imports it: ~3 s)."""
     with quiet_import():
         import deepspeed.runtime.config as ds_config  # noqa: PLC0415

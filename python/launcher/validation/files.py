@@ -2,64 +2,75 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.exceptions import ConfigurationError
+from launcher.problems import ConfigKind, FileReport, Problem
 from launcher.validation import backends, rules
 from launcher.validation.deepspeed import validate_deepspeed
 from launcher.validation.kinds import CONFIG_SUFFIXES, detect_kind
 from launcher.validation.llamafactory import validate_llamafactory
 from launcher.validation.loading import load_config_file
-from launcher.validation.problems import ConfigKind, FileReport, Problem
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
+
+    from launcher.engine.load import LoadedJob
 
 
 def expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
     """Return the files to validate, each with whether it was named explicitly.
 
-    Folders become their ``.json``/``.yaml``/``.yml`` files, recursively and sorted.
+    Folders become their ``.json``/``.yaml``/``.yml`` files, recursively and sorted (symlink loops and
+    unreadable sub-folders are skipped).
     """
     out: list[tuple[Path, bool]] = []
     for item in paths:
         path = Path(item)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in CONFIG_SUFFIXES)
+            found = sorted(p for p in _walk(path) if p.suffix.lower() in CONFIG_SUFFIXES)
             out.extend((p, False) for p in found)
         else:
             out.append((path, True))
     return out
 
 
-def _problems_from_error(path: str, err: ConfigurationError) -> list[Problem]:
-    """Turn a ``PATH: key: message`` (one per line) error into problems."""
-    problems = []
-    for line in str(err).splitlines():
-        head, sep, rest = line.partition(": ")
-        if sep and head.endswith(Path(path).name) and ": " in rest:
-            key, _, message = rest.partition(": ")
-            problems.append(Problem(path, key, message, "job-spec"))
-        elif sep and head.endswith(Path(path).name):
-            problems.append(Problem(path, "(file)", rest, "job-spec"))
-        else:
-            problems.append(Problem(path, "(file)", line, "job-spec"))
-    return problems
+def _walk(folder: Path) -> list[Path]:
+    found: list[Path] = []
+    for root, _dirs, files in os.walk(folder):  # symlinked folders are not followed: no loop
+        found.extend(Path(root) / name for name in files)
+    return found
 
 
 def _rejected_fast(check: Callable[..., FileReport], path: Path, builtin: bool | None) -> FileReport | None:
     """A report with errors from the shipped key lists, when they speak for the installed real classes.
 
-    Importing DeepSpeed and LLaMA-Factory (torch, transformers) takes 15-50 s on a controller; the shipped
-    lists take a second. When the real classes are selected (``builtin`` None, not forced) and the lists were
-    generated from the very versions installed, a file the lists reject is reported at once; a file they
-    accept is then checked with the real classes as before. Returns None when there is no fast answer.
+    When the real classes are selected (``builtin`` None, not forced) and the lists were generated from the
+    very versions installed, a file the lists reject is reported at once, without importing the real classes;
+    a file they accept is then checked with the real classes (whose verdict is cached: :mod:`.cache`).
     """
     if builtin is not None or backends.builtin_forced() or not backends.shipped_lists_match_installed():
         return None
     quick = check(path, builtin=True)
     return None if quick.ok else quick
+
+
+def validate_loaded(job: LoadedJob, *, builtin: bool | None = None) -> FileReport:
+    """Validate a loaded job spec and the configs it uses (the objects the engine ships, not a re-read)."""
+    spec, train = job.spec, job.train
+    report = FileReport(str(job.spec_path), ConfigKind.JOBSPEC)
+    chosen = (job.deepspeed.label, job.deepspeed.data) if job.deepspeed else (job.deepspeed_from, None)
+    sub = validate_llamafactory(
+        dict(train.data), train.label, train.path.parent, builtin=builtin, chosen_deepspeed=chosen
+    )
+    report.problems.extend(sub.problems)
+    report.problems.extend(
+        rules.deepspeed_needs_torchrun(str(job.spec_path), job.deepspeed is not None, spec.env_strings())
+    )
+    report.summary = f"{spec.name}: {sub.summary}"
+    return report
 
 
 def validate_jobspec(path: Path, *, builtin: bool | None = None) -> FileReport:
@@ -74,28 +85,14 @@ def validate_file(path: Path, *, builtin: bool | None = None) -> FileReport:
 
 
 def _validate_jobspec(path: Path, *, builtin: bool | None = None) -> FileReport:
-    """Validate a job spec with :func:`launcher.jobspec.load_job_spec`, then the configs it names."""
-    from launcher.jobspec import load_job_spec  # noqa: PLC0415 - the job spec model is needed only here
+    """Load the job spec as ``run`` does (:func:`launcher.engine.load.load_job`), then validate it."""
+    from launcher.engine.load import load_job  # noqa: PLC0415 - the job spec model is needed only here
 
-    report = FileReport(str(path), ConfigKind.JOBSPEC)
     try:
-        spec = load_job_spec(path)
+        job = load_job(path)
     except ConfigurationError as err:
-        report.problems.extend(_problems_from_error(str(path), err))
-        return report
-    override = str(spec.deepspeed) if isinstance(spec.deepspeed, Path) else None
-    train = spec.train_config
-    try:
-        data = load_config_file(train)
-    except ConfigurationError as err:
-        report.problems.extend(_problems_from_error(str(train), err))
-        return report
-    sub = validate_llamafactory(data, str(train), builtin=builtin, deepspeed=override)
-    report.problems.extend(sub.problems)
-    uses_deepspeed = override is not None or bool(data.get("deepspeed")) if isinstance(data, dict) else False
-    report.problems.extend(rules.deepspeed_needs_torchrun(str(path), uses_deepspeed, spec.env_strings()))
-    report.summary = f"{spec.name}: {sub.summary}"
-    return report
+        return FileReport(str(path), ConfigKind.JOBSPEC, problems=list(err.problems))
+    return validate_loaded(job, builtin=builtin)
 
 
 def _validate_file(path: Path, *, builtin: bool | None = None) -> FileReport:
@@ -104,9 +101,7 @@ def _validate_file(path: Path, *, builtin: bool | None = None) -> FileReport:
     try:
         data = load_config_file(path)
     except ConfigurationError as err:
-        report = FileReport(name, ConfigKind.UNKNOWN)
-        report.problems.extend(_problems_from_error(name, err))
-        return report
+        return FileReport(name, ConfigKind.UNKNOWN, problems=list(err.problems))
     kind = detect_kind(path, data)
     if kind is ConfigKind.DEEPSPEED:
         return validate_deepspeed(data, name, builtin=builtin)
@@ -132,17 +127,26 @@ def validate_files(paths: Iterable[str | Path], *, builtin: bool | None = None) 
     """Validate every file (folders expanded); one report per file, in order.
 
     Files found in a folder whose kind is not recognised (a dataset's JSON, say) are skipped; a file named
-    explicitly is always reported.
+    explicitly is always reported. A folder in which nothing was validated gets a report with one error: a
+    validation that checked nothing is not a pass.
     """
     reports = []
-    for path, explicit in expand(paths):
-        report = validate_file(path, builtin=builtin)
-        if (
-            explicit
-            or report.kind is not ConfigKind.UNKNOWN
-            or any(p.rule != "kind" for p in report.problems)
-        ):
-            reports.append(report)
+    for item in paths:
+        found = []
+        for path, explicit in expand([item]):
+            report = validate_file(path, builtin=builtin)
+            if (
+                explicit
+                or report.kind is not ConfigKind.UNKNOWN
+                or any(p.rule != "kind" for p in report.problems)
+            ):
+                found.append(report)
+        if not any(r.validated or not r.ok for r in found):
+            message = "nothing validated: no job spec, LLaMA-Factory YAML or DeepSpeed JSON found here"
+            found.append(
+                FileReport(str(item), ConfigKind.UNKNOWN, problems=[Problem(str(item), "", message, "empty")])
+            )
+        reports.extend(found)
     return reports
 
 

@@ -45,6 +45,9 @@ def _schema(builtin: bool | None) -> tuple[LlamaFactorySchema, bool]:
 def _check_keys(path: str, cfg: Mapping[str, Any], schema: LlamaFactorySchema) -> list[Problem]:
     problems = []
     for key, value in cfg.items():
+        if not isinstance(key, str):
+            problems.append(Problem(path, repr(key), "keys must be strings", "value-type"))
+            continue
         if key not in schema.fields:
             problems.append(
                 Problem(path, str(key), unknown_key_message(str(key), schema.fields), "unknown-key")
@@ -60,11 +63,27 @@ def _check_keys(path: str, cfg: Mapping[str, Any], schema: LlamaFactorySchema) -
 
 
 def _run_post_init(path: str, cfg: Mapping[str, Any], schema: LlamaFactorySchema) -> list[Problem]:
-    """Build LLaMA-Factory's cheap argument dataclasses so their own checks run (no model, no hub)."""
-    problems = []
+    """Build LLaMA-Factory's cheap argument dataclasses so their own checks run (no model, no hub).
+
+    The verdict is cached per content and versions (:mod:`launcher.validation.cache`).
+    """
+    from launcher.validation.cache import cached  # noqa: PLC0415
+
+    kwargs = {
+        name: {k: v for k, v in cfg.items() if k in schema.fields and schema.fields[k][0] == name}
+        for name in LIGHT_CLASSES
+    }
+    found = cached("llamafactory-post-init", kwargs, lambda: _post_init_verdict(kwargs, schema))
+    return [Problem(path, key, message, "llamafactory-check") for key, message in found]
+
+
+def _post_init_verdict(
+    kwargs_by_class: Mapping[str, Mapping[str, Any]], schema: LlamaFactorySchema
+) -> list[tuple[str, str]]:
+    found = []
     classes = train_classes()
     for name in LIGHT_CLASSES:
-        kwargs = {k: v for k, v in cfg.items() if k in schema.fields and schema.fields[k][0] == name}
+        kwargs = kwargs_by_class[name]
         if name == "ModelArguments" and "model_name_or_path" not in kwargs:
             continue  # reported as a missing required key
         try:
@@ -73,8 +92,8 @@ def _run_post_init(path: str, cfg: Mapping[str, Any], schema: LlamaFactorySchema
         except (ValueError, AssertionError, TypeError) as err:
             message = " ".join(str(err).split()) or f"{name} refused these values"
             named = [k for k in _BACKTICK_KEY.findall(message) if k in schema.fields]
-            problems.append(Problem(path, named[0] if named else name, message, "llamafactory-check"))
-    return problems
+            found.append((named[0] if named else name, message))
+    return found
 
 
 def _deepspeed(
@@ -91,10 +110,19 @@ def _deepspeed(
     try:
         data = load_config_file(found)
     except ConfigurationError as err:
-        return [Problem(path, "deepspeed", str(err), "deepspeed-path-exists")], None, ""
+        return list(err.problems), None, ""
     report = validate_deepspeed(data, str(found), builtin=builtin)
     facts = deepspeed_facts(data) if isinstance(data, dict) else None
     return report.problems, facts, report.summary
+
+
+def _chosen(
+    label: str, data: Mapping[str, Any] | None, builtin: bool | None
+) -> tuple[list[Problem], DeepSpeedFacts | None, str]:
+    if data is None:
+        return [], None, ""
+    report = validate_deepspeed(dict(data), label, builtin=builtin)
+    return report.problems, deepspeed_facts(data), report.summary
 
 
 def _dataset_dir(  # noqa: PLR0911 - one return per kind of dataset_dir
@@ -146,7 +174,7 @@ def _datasets(  # noqa: PLR0911 - each early return is a different missing piece
     try:
         info = load_config_file(info_path)
     except ConfigurationError as err:
-        return [Problem(path, "dataset_dir", str(err), "dataset-exists")]
+        return [Problem(path, "dataset_dir", str(err.problems[0]), "dataset-exists")]
     if not isinstance(info, dict):
         return [Problem(path, "dataset_dir", f"{info_path}: must be a JSON object", "dataset-exists")]
     problems = []
@@ -178,8 +206,8 @@ def validate_llamafactory(
     base_dir: Path | None = None,
     *,
     builtin: bool | None = None,
-    deepspeed: str | None = None,
     config_root: Path | None = None,
+    chosen_deepspeed: tuple[str, Mapping[str, Any] | None] | None = None,
 ) -> FileReport:
     """Validate a parsed LLaMA-Factory training YAML.
 
@@ -190,8 +218,9 @@ def validate_llamafactory(
             ``Path(path).parent``.
         builtin: Force the shipped key list (True) or LLaMA-Factory's own dataclasses (False); None:
             the dataclasses when importable unless ``MIFT_VALIDATE_BUILTIN=1``.
-        deepspeed: A DeepSpeed file that replaces the YAML's ``deepspeed:`` (a job spec's choice).
         config_root: Controller folder mirroring ``/opt/mift/configs``; default: found from the YAML.
+        chosen_deepspeed: The DeepSpeed config the run uses, already read (label, mapping; mapping None: no
+            DeepSpeed), instead of the one the YAML's ``deepspeed:`` names (:mod:`launcher.engine.load`).
 
     Returns:
         A report whose summary reads ``sft lora, ZeRO-3 + offload``.
@@ -206,8 +235,13 @@ def validate_llamafactory(
     report.problems.extend(_check_keys(path, cfg, schema))
     if real and not report.problems:
         report.problems.extend(_run_post_init(path, cfg, schema))
-    ds_value = deepspeed if deepspeed is not None else cfg.get("deepspeed")
-    ds_problems, facts, ds_summary = _deepspeed(path, ds_value, yaml_path, root, builtin)
+    if chosen_deepspeed is not None:
+        label, ds_data = chosen_deepspeed
+        ds_value: object = ds_data
+        ds_problems, facts, ds_summary = _chosen(label, ds_data, builtin)
+    else:
+        ds_value = cfg.get("deepspeed")
+        ds_problems, facts, ds_summary = _deepspeed(path, ds_value, yaml_path, root, builtin)
     report.problems.extend(ds_problems)
     report.problems.extend(_datasets(path, cfg, yaml_path, root))
     report.problems.extend(rules.llamafactory_rules(path, cfg, facts))

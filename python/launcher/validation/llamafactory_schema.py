@@ -82,6 +82,19 @@ def _class_fields(cls: type) -> dict[str, FieldSpec]:
 
 @functools.cache
 def live_schema() -> LlamaFactorySchema:
+    """Return the schema of the installed LLaMA-Factory (derived once per version, then from the cache)."""
+    from launcher.validation.cache import cached  # noqa: PLC0415
+
+    return cached(
+        "llamafactory-schema",
+        None,
+        _derive_schema,
+        encode=LlamaFactorySchema.to_json,
+        decode=LlamaFactorySchema.from_json,
+    )
+
+
+def _derive_schema() -> LlamaFactorySchema:
     """Derive the schema from the installed LLaMA-Factory and transformers."""
     classes = train_classes()
     import transformers  # noqa: PLC0415

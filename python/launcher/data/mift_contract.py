@@ -1,0 +1,164 @@
+"""The controller/node contract of the launcher: what the controller sends a node and what the node answers.
+
+Standard library only, and importable on its own: the launch playbook copies it next to ``mift_agent.py`` into
+the node run directory (``/var/lib/mift/runs/<run_id>/``), where the agent imports it with the node's
+``python3``; the launcher imports it as ``launcher.data.mift_contract``. One definition for both sides:
+
+* :class:`Job` (``job.json``): what the node agent runs;
+* :class:`Bundle` (``bundle.json``, 0600, deleted once unpacked): the files, the job and the environment;
+* :class:`NodeStatus`: the agent's answer to ``status`` (and inside ``collect``);
+* :class:`StartResult`, :class:`StopResult`, :class:`CollectResult`: the answers of the other commands;
+* the names of the files in a node run directory, and the marker every process of a run carries.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+# files of a node run directory
+BUNDLE_FILE = "bundle.json"
+JOB_FILE = "job.json"
+ENV_FILE = "env.json"
+STATE_FILE = "state.json"
+TRAINER_LOG = "trainer.log"
+PID_FILE = "trainer.pid"
+RC_FILE = "rc"
+STOP_FILE = "stop_requested"
+COLLECT_ARCHIVE = "collect.tar.gz"
+# every process of a run carries MARKER=<run_id>@<run_dir> in its environment
+MARKER = "MIFT_AGENT_KEY"
+# node states the agent reports; FINAL ones do not change any more
+STATES = ("absent", "starting", "running", "finished", "failed", "stopped", "vanished")
+FINAL_STATES = ("finished", "failed", "stopped", "vanished")
+
+
+class Job(TypedDict):
+    """``job.json``: the trainer a node runs (no secrets)."""
+
+    run_id: str
+    node_rank: int
+    argv: list[str]
+    output_dir: str
+    expect_outputs: list[str]
+    resume_from: str | None  # optional in job.json (None)
+
+
+class Bundle(TypedDict):
+    """``bundle.json``: one file per node with everything the launch playbook ships."""
+
+    files: dict[str, str]  # plain file name -> text (the plan's bytes, UTF-8)
+    job: Job
+    env: dict[str, str]
+
+
+class NodeStatus(TypedDict, total=False):
+    """The agent's view of the run on one node (``status``)."""
+
+    run_id: str | None
+    node_rank: int | None
+    state: str  # one of STATES
+    rc: int | None
+    reason: str | None
+    pid: int | None
+    trainer_alive: bool
+    started_at: float | None
+    ended_at: float | None
+    last_log: dict[str, Any]
+    outputs: dict[str, bool]
+    outputs_complete: bool
+    output_dir: str
+    processes: int
+    ranks_joined: list[int]
+    world_size: int | None
+    teardown_abort: bool
+    log_tail: str
+
+
+class StartResult(TypedDict, total=False):
+    """``start``: ok once the trainer runs (or ended), the state file's fields."""
+
+    ok: bool
+    changed: bool
+    state: str
+    error: str
+
+
+class StopResult(TypedDict, total=False):
+    """``stop``: the pids killed and those still alive (``left``: must be empty)."""
+
+    ok: bool
+    changed: bool
+    killed: list[int]
+    left: list[int]
+    state: str | None
+    note: str
+
+
+class CollectResult(TypedDict):
+    """``collect``: the status, the output files (full node paths) and the archive to fetch."""
+
+    ok: bool
+    status: NodeStatus
+    outputs: list[str]
+    archive: str
+
+
+class ContractError(ValueError):
+    """A contract file that does not hold what the contract says."""
+
+
+def job_from(data: object, where: str = JOB_FILE) -> Job:
+    """Return ``data`` as a :class:`Job`; raise :class:`ContractError` naming the first bad field."""
+    if not isinstance(data, dict):
+        raise ContractError(f"{where}: not a JSON object")
+    checks: dict[str, Callable[[Any], bool]] = {
+        "run_id": lambda v: isinstance(v, str) and bool(v),
+        "node_rank": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "argv": lambda v: isinstance(v, list) and bool(v) and all(isinstance(a, str) for a in v),
+        "output_dir": lambda v: isinstance(v, str) and bool(v),
+        "expect_outputs": lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+        "resume_from": lambda v: v is None or isinstance(v, str),
+    }
+    data = {"resume_from": None, **data}  # optional: no checkpoint to resume from
+    for key, ok in checks.items():
+        if key not in data or not ok(data[key]):
+            raise ContractError(f"{where}: {key}: missing or of the wrong type ({data.get(key)!r})")
+    return Job(
+        run_id=data["run_id"],
+        node_rank=data["node_rank"],
+        argv=list(data["argv"]),
+        output_dir=data["output_dir"],
+        expect_outputs=list(data["expect_outputs"]),
+        resume_from=data["resume_from"],
+    )
+
+
+def bundle_from(data: object, where: str = BUNDLE_FILE) -> Bundle:
+    """Return ``data`` as a :class:`Bundle`; raise :class:`ContractError` naming the first bad field."""
+    if not isinstance(data, dict):
+        raise ContractError(f"{where}: not a JSON object")
+    files, env = data.get("files"), data.get("env")
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+    ):
+        raise ContractError(f"{where}: files: must map file names to text")
+    if any(Path(name).name != name or name.startswith(".") for name in files):
+        raise ContractError(f"{where}: files: plain file names only")
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise ContractError(f"{where}: env: must map names to strings")
+    return Bundle(files=dict(files), job=job_from(data.get("job"), f"{where}: job"), env=dict(env))
+
+
+def read_job(run_dir: Path) -> Job | None:
+    """Return the run directory's job, or None when it has none (or an unreadable one)."""
+    try:
+        return job_from(json.loads((run_dir / JOB_FILE).read_text()))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Read-only probe of a node, run by the launcher's preflight before anything is written on the node.
+
+Standard library only: preflight feeds this file to the system ``python3 -`` on stdin (no file is written, no
+directory created). One command prints one JSON object (read by ``launcher.preflight``): free disk where
+the outputs go, whether the master port is free, the trainer entry point, the stack versions installed in the
+node venv now, the ``checkpoint-N`` folders of a run to resume, and what the trainer's torch reports (CUDA or
+ROCm build, GPU count and memory: ``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cli``,
+which is what a ``pip install --target`` folder has). The versions and torch are asked in parallel. Never
+fails: preflight decides what the answers mean.
+
+    python3 - RUN_DIR [--path OUTPUT_DIR] [--port PORT] [--venv VENV] [--checkpoints DIR] < mift_probe.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+TORCH_SNIPPET = """
+import json, torch
+n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+props = [torch.cuda.get_device_properties(i) for i in range(n)]
+print(json.dumps({
+    "torch": torch.__version__,
+    "cuda": torch.version.cuda,
+    "hip": getattr(torch.version, "hip", None),
+    "device_count": n,
+    "devices": [
+        {"name": p.name, "total_memory": int(p.total_memory), "arch": getattr(p, "gcnArchName", None)}
+        for p in props
+    ],
+}))
+"""
+
+
+def shebang_python(script: Path) -> str | None:
+    """Return the interpreter named by a script's ``#!`` line (``/usr/bin/env NAME`` resolved on PATH)."""
+    try:
+        first = script.read_bytes()[:1024].split(b"\n", 1)[0].decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    words = first[2:].split() if first.startswith("#!") else []
+    if not words:
+        return None
+    if Path(words[0]).name == "env" and len(words) > 1:
+        return shutil.which(words[-1])
+    return words[0]
+
+
+def venv_python(venv: Path) -> str | None:
+    """Return the trainer's interpreter: ``bin/python3`` or ``bin/python``, else the CLI's shebang."""
+    for name in ("python3", "python"):
+        candidate = venv / "bin" / name
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shebang_python(venv / "bin" / "llamafactory-cli")
+
+
+def probe(venv: Path, timeout: float = 120.0) -> dict[str, Any]:
+    """Return what torch reports in the trainer's interpreter, or ``{"error": ...}``."""
+    python = venv_python(venv)
+    if python is None:
+        return {"error": f"no python3 in {venv}/bin and no llamafactory-cli shebang"}
+    try:
+        proc = subprocess.run(
+            [python, "-c", TORCH_SNIPPET], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return {"python": python, "error": str(err)[:300]}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        err_lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        return {"python": python, "error": err_lines[-1][:300]}
+    try:
+        data = json.loads(lines[-1])
+    except ValueError:
+        return {"python": python, "error": f"unreadable output: {lines[-1][:200]}"}
+    if not isinstance(data, dict):
+        return {"python": python, "error": "output is not a JSON object"}
+    return {**data, "python": python}
+
+
+def _free_bytes(path: Path) -> int:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as torchrun's TCPStore does: connections of a finished run in TIME_WAIT do not block the port,
+        # only a live listener does
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))  # noqa: S104 - the master listens on every address
+        except OSError:
+            return False
+    return True
+
+
+# the distributions of the stack_check role's probe (mift_stack_probe.py): read fresh by preflight, compared
+# with the provisioned fact
+STACK_DISTS = (
+    "torch",
+    "deepspeed",
+    "llamafactory",
+    "flash_attn",
+    "transformers",
+    "datasets",
+    "accelerate",
+    "peft",
+    "trl",
+)
+_VERSIONS_SCRIPT = """
+import importlib.metadata as md, json, sys
+def v(d):
+    for name in (d.replace('_', '-'), d):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return None
+print(json.dumps({d: v(d) for d in sys.argv[1:]}))
+"""
+
+
+def installed_versions(venv: Path) -> dict[str, Any] | None:
+    """Return the versions of the stack's distributions installed in ``venv`` now (None: no venv python)."""
+    python = venv / "bin" / "python"
+    if not os.access(python, os.X_OK):
+        return None
+    try:
+        out = subprocess.run(
+            [str(python), "-I", "-c", _VERSIONS_SCRIPT, *STACK_DISTS],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        data = json.loads(out.stdout)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def checkpoints(path: Path) -> list[int]:
+    """Return the steps of the ``checkpoint-N`` folders in ``path`` that hold a saved state, ascending."""
+    found = []
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        match = re.fullmatch(r"checkpoint-(\d+)", entry.name)
+        if match and entry.is_dir() and any(entry.iterdir()):
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+def cmd_facts(path: Path, port: int | None, venv: Path, ckpt_dir: Path | None = None) -> dict[str, Any]:
+    """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point, versions,
+    what torch reports.
+
+    Read-only: nothing is written on the node.
+    """
+    cli = venv / "bin" / "llamafactory-cli"
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two interpreters start at once
+        versions = pool.submit(installed_versions, venv)
+        torch = pool.submit(probe, venv)
+        return {
+            "ok": True,
+            "hostname": socket.gethostname(),
+            "free_bytes": _free_bytes(path),
+            "port": port,
+            "port_free": _port_free(port) if port else None,
+            "trainer_cli": str(cli),
+            "trainer_cli_found": os.access(cli, os.X_OK),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "mem_total_bytes": _mem_total(),
+            "versions": versions.result(),
+            "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
+            "torch": torch.result(),
+        }
+
+
+def _mem_total() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the probe's JSON object."""
+    parser = argparse.ArgumentParser(prog="mift_probe.py", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="the node run directory (need not exist)")
+    parser.add_argument("--port", type=int, default=0, help="TCP port that must be free")
+    parser.add_argument("--path", type=Path, default=Path("/"), help="where outputs will be written")
+    parser.add_argument("--venv", type=Path, default=Path("/opt/mift/venv"), help="the node venv")
+    parser.add_argument("--checkpoints", type=Path, default=None, help="list the checkpoint-N folders here")
+    args = parser.parse_args(argv)
+    # relative paths are inside the node run directory (which may not exist yet)
+    ckpt = args.run_dir / args.checkpoints if args.checkpoints is not None else None
+    print(json.dumps(cmd_facts(args.run_dir / args.path, args.port or None, args.venv, ckpt)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Plan: the one immutable run plan, built once from the loaded job and the node facts.
+
+The plan holds the bytes of every file the nodes get (``train.yaml``, ``ds_config.json``), rendered here from
+the configs read at load time; :func:`validate_plan` validates exactly these bytes, and the ship step copies
+exactly these bytes to the nodes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from launcher.exceptions import ConfigurationError
+from launcher.nodeenv import render_node_env
+from launcher.problems import ConfigKind, FileReport
+from launcher.validation.loading import parse_config
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from launcher.engine.load import LoadedJob
+    from launcher.jobspec import JobSpec
+    from launcher.preflight import NodeFacts
+
+TRAIN_FILE = "train.yaml"
+DS_FILE = "ds_config.json"
+
+
+@dataclass(frozen=True)
+class ResumeFrom:
+    """What ``run --resume RUN`` takes from RUN."""
+
+    run_id: str
+    output_dir: str  # node path as the new run sees it (relative: to the new node run directory)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything a run does on its nodes, decided before anything is written on them.
+
+    Attributes:
+        run_id: the run.
+        job: the loaded job (spec and the configs as read).
+        facts: what preflight found on the nodes (hosts in rank order).
+        files: file name -> the exact bytes every node gets (validated by :func:`validate_plan`).
+        deepspeed_name: the DeepSpeed file's name, the planner's strategy, or ``none``.
+        output_dir: the trainer's output_dir on the nodes.
+        expect_outputs: files in output_dir (first node) that mean the training finished.
+        master_addr: torchrun's rendezvous address.
+        envs: host -> the trainer's environment (secrets in clear; masked in the record).
+        jobs: host -> the node agent's job description (``mift_contract.Job``).
+    """
+
+    run_id: str
+    job: LoadedJob
+    facts: NodeFacts
+    files: Mapping[str, bytes]
+    deepspeed_name: str
+    output_dir: str
+    expect_outputs: tuple[str, ...]
+    master_addr: str
+    envs: Mapping[str, Mapping[str, str]]
+    jobs: Mapping[str, Mapping[str, Any]]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def spec(self) -> JobSpec:
+        """Return the job spec."""
+        return self.job.spec
+
+    @property
+    def hosts(self) -> list[str]:
+        """Return the hosts in rank order."""
+        return list(self.facts.hosts)
+
+
+def expected_outputs(train: Mapping[str, Any]) -> tuple[str, ...]:
+    """Return the files whose presence in output_dir (on the first node) means the training finished."""
+    if str(train.get("finetuning_type", "lora")) == "lora":
+        return ("adapter_model.safetensors", "all_results.json")
+    return ("config.json", "all_results.json")
+
+
+def _auto_deepspeed(train: Mapping[str, Any], facts: NodeFacts) -> tuple[str, dict[str, Any]]:
+    """Ask the planner for a DeepSpeed config (``deepspeed: auto``)."""
+    from launcher.plan import choose_deepspeed_config  # noqa: PLC0415 - only for deepspeed: auto
+
+    master = facts.probe[facts.master]
+    gpu_mem = facts.gpu_mem_gib(facts.master) or 191.98  # mift_gpus, else torch (CUDA), else one MI300X
+    host_mem = float(master.get("mem_total_bytes") or 0) / 1024**3
+    return choose_deepspeed_config(
+        train.get("model_name_or_path"),
+        dict(train),
+        facts.nproc_per_node,
+        len(facts.hosts),
+        gpu_mem,
+        host_mem,
+    )
+
+
+def _resume_step(facts: NodeFacts, resume: ResumeFrom, spec_path: Path) -> int:
+    """Return the last checkpoint step present on every node of the resumed run."""
+    found = {h: facts.probe[h].get("checkpoints") or [] for h in facts.hosts}
+    common = set.intersection(*(set(v) for v in found.values())) if found else set()
+    if not common:
+        host = next((h for h, v in found.items() if not v), facts.hosts[0])
+        raise ConfigurationError.at(
+            spec_path,
+            "resume",
+            f"no checkpoint-N in {resume.output_dir} on {host} (run {resume.run_id}); nothing to resume",
+            "resume",
+        )
+    return int(max(common))
+
+
+def _configs(
+    job: LoadedJob, facts: NodeFacts, run_id: str, resume: ResumeFrom | None
+) -> tuple[dict[str, Any], dict[str, Any] | None, str, str]:
+    """Return the shipped training config, DeepSpeed config, DeepSpeed name and output_dir."""
+    spec = job.spec
+    train = copy.deepcopy(dict(job.train.data))
+    ds: dict[str, Any] | None
+    if job.deepspeed_from == "auto":
+        name, chosen = _auto_deepspeed(train, facts)
+        ds = chosen or None  # the planner returns ("none", {}) when plain DDP is fastest
+    elif job.deepspeed is not None:
+        ds, name = copy.deepcopy(dict(job.deepspeed.data)), job.deepspeed.path.name
+    else:
+        ds, name = None, "none"
+    if ds is not None:
+        train["deepspeed"] = DS_FILE  # relative: the trainer runs in the node run directory
+    else:
+        train.pop("deepspeed", None)
+    output_dir = spec.output_dir.format(run_id=run_id)
+    if spec.resume is False:
+        train["overwrite_output_dir"] = True
+        train.pop("resume_from_checkpoint", None)
+    else:
+        train["overwrite_output_dir"] = False
+        if isinstance(spec.resume, str):
+            train["resume_from_checkpoint"] = spec.resume
+    if resume is not None:
+        output_dir = resume.output_dir
+        train["resume_from_checkpoint"] = (
+            f"{output_dir}/checkpoint-{_resume_step(facts, resume, job.spec_path)}"
+        )
+        train["overwrite_output_dir"] = False
+    train["output_dir"] = output_dir
+    if len(facts.hosts) > 1:
+        # output_dir is a node path, not shared storage: every node saves a complete checkpoint (values the
+        # configs set themselves are kept); otherwise only the first node could resume
+        train = {"save_on_each_node": True, **train}
+        if ds is not None:
+            ds = {**ds, "checkpoint": {"use_node_local_storage": True, **dict(ds.get("checkpoint") or {})}}
+    return train, ds, name, output_dir
+
+
+def build_plan(job: LoadedJob, facts: NodeFacts, run_id: str, resume: ResumeFrom | None = None) -> RunPlan:
+    """Build the run plan: the shipped files' bytes, the per-node environment and job description."""
+    spec = job.spec
+    train, ds, ds_name, output_dir = _configs(job, facts, run_id, resume)
+    files = {TRAIN_FILE: yaml.safe_dump(train, sort_keys=False).encode()}
+    if ds is not None:
+        files[DS_FILE] = (json.dumps(ds, indent=2) + "\n").encode()
+    master_addr = spec.master_addr or facts.train_address[facts.master]
+    envs = render_node_env(
+        spec,
+        hosts=facts.hosts,
+        master_addr=master_addr,
+        nproc_per_node=facts.nproc_per_node,
+        run_id=run_id,
+        node_env=facts.node_env,
+    )
+    expect = expected_outputs(train)
+
+    def cli(host: str) -> str:  # the entry point preflight found (job spec node_venv, else the inventory's)
+        found = facts.probe.get(host, {}).get("trainer_cli")
+        return str(found) if found else f"{spec.node_venv or '/opt/mift/venv'}/bin/llamafactory-cli"
+
+    jobs = {
+        host: MappingProxyType(
+            {
+                "run_id": run_id,
+                "node_rank": rank,
+                "argv": [cli(host), "train", TRAIN_FILE],
+                "output_dir": output_dir,
+                "expect_outputs": list(expect) if rank == 0 else [],
+                # the checkpoint the trainer resumes from ("last": LLaMA-Factory picks output_dir's last one)
+                "resume_from": train.get("resume_from_checkpoint")
+                or ("last" if spec.resume is True else None),
+            }
+        )
+        for rank, host in enumerate(facts.hosts)
+    }
+    return RunPlan(
+        run_id=run_id,
+        job=job,
+        facts=facts,
+        files=MappingProxyType(files),
+        deepspeed_name=ds_name,
+        output_dir=output_dir,
+        expect_outputs=expect,
+        master_addr=master_addr,
+        envs=MappingProxyType({h: MappingProxyType(e) for h, e in envs.items()}),
+        jobs=MappingProxyType(jobs),
+    )
+
+
+def validate_plan(plan: RunPlan, *, builtin: bool | None = None) -> FileReport:
+    """Validate the bytes the nodes will get (parsed by the one loader), naming the source files in problems.
+
+    The launcher-owned keys (``deepspeed``, ``output_dir``, ...) are part of what is checked, and so is a
+    DeepSpeed config the planner chose (``deepspeed: auto``).
+    """
+    from launcher.validation.llamafactory import validate_llamafactory  # noqa: PLC0415
+
+    job = plan.job
+    label = f"{job.train.label} (as shipped)"
+    train = parse_config(plan.files[TRAIN_FILE], Path(TRAIN_FILE))
+    ds_label = f"{job.deepspeed.label if job.deepspeed else plan.deepspeed_name} (as shipped)"
+    ds = parse_config(plan.files[DS_FILE], Path(DS_FILE)) if DS_FILE in plan.files else None
+    report = validate_llamafactory(
+        train, label, job.train.path.parent, builtin=builtin, chosen_deepspeed=(ds_label, ds)
+    )
+    return report if report.problems else FileReport(label, ConfigKind.LLAMAFACTORY, report.summary)

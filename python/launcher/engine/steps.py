@@ -1,0 +1,262 @@
+"""The run: load -> validate -> (preflight) -> plan -> ship -> follow -> finish, over one :class:`RunPlan`.
+
+Nothing reaches a node before the job spec and its configs are validated and every host is found in the
+inventory: the one ansible-runner wrapper (:class:`launcher.runner.PlaybookRunner`) is constructed only after.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import IO, TYPE_CHECKING
+
+from launcher import runner as runner_module
+from launcher.engine.finish import finish
+from launcher.engine.load import load_job
+from launcher.engine.plan import RunPlan, build_plan, validate_plan
+from launcher.exceptions import ConfigurationError, LauncherError
+from launcher.exit_codes import JOB_FAILED, OK, ExitCode
+from launcher.inventory import check_hosts
+from launcher.job import Job, Verdict, agent_source
+from launcher.jobspec import mask_env
+from launcher.nodeenv import masked
+from launcher.preflight import run_preflight
+from launcher.runs import RunDir, new_run_id
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from launcher.engine.load import LoadedJob
+    from launcher.engine.plan import ResumeFrom
+    from launcher.problems import FileReport
+    from launcher.runner import PlaybookRunner
+
+
+@contextlib.contextmanager
+def interrupt_guard(event: threading.Event) -> Iterator[threading.Event]:
+    """Turn SIGINT and SIGTERM into ``event`` (no exception), so cleanup always runs; restore on exit."""
+
+    def handler(signum: int, _frame: object) -> None:
+        if not event.is_set():
+            print(f"\n{signal.Signals(signum).name}: stopping the job on every node ...", file=sys.stderr)
+        event.set()
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield event
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def _refuse(report: FileReport) -> None:
+    errors = [p for p in report.problems if p.is_error]
+    if errors:
+        raise ConfigurationError(problems=errors)
+
+
+def validate(job: LoadedJob) -> None:
+    """Validate the loaded job; the shipped key lists answer first when they speak for the installed
+    classes."""
+    from launcher.validation import backends  # noqa: PLC0415
+    from launcher.validation.files import validate_loaded  # noqa: PLC0415
+
+    if not backends.builtin_forced() and backends.shipped_lists_match_installed():
+        _refuse(validate_loaded(job, builtin=True))
+    _refuse(validate_loaded(job))
+
+
+def load_and_check(job_path: Path, inventory: Path | None) -> LoadedJob:
+    """Load and validate the job and check its hosts against the inventory (in parallel); bad input raises."""
+    job = load_job(job_path)
+    with concurrent.futures.ThreadPoolExecutor(
+        1
+    ) as pool:  # ansible-inventory runs while the configs are checked
+        hosts = pool.submit(check_hosts, job.spec, inventory, job_path)
+        try:
+            validate(job)
+        finally:
+            hosts_error = hosts.exception()
+    if hosts_error is not None:
+        raise hosts_error
+    return job
+
+
+def run_job(
+    job_path: Path,
+    *,
+    inventory: Path | None,
+    detach: bool,
+    out: IO[str] | None = None,
+    resume: ResumeFrom | None = None,
+) -> ExitCode:
+    """Run a job end to end; return 0 on success, 1 when it failed or was stopped (2 raised as bad input)."""
+    out = out or sys.stdout
+    inv = inventory.resolve() if inventory else None
+    if inv is not None and not inv.exists():
+        raise ConfigurationError.at(inventory or inv, "(file)", "inventory not found", "file")
+    job = load_and_check(job_path, inv)
+    spec = job.spec
+    run_id = new_run_id(spec.name)
+    interrupted = threading.Event()
+    with interrupt_guard(interrupted):
+        run = RunDir.create(
+            run_id,
+            {
+                "name": spec.name,
+                "created_at": time.time(),
+                "spec_path": str(job_path.resolve()),
+                "spec": {**spec.model_dump(mode="json"), "env": mask_env(spec.env_strings())},
+                "deepspeed_from": job.deepspeed_from,
+                "inventory": str(inv) if inv else None,
+                "launcher_pid": os.getpid(),
+                "detached": detach,
+                **({"resumed_from": resume.run_id} if resume else {}),
+            },
+        )
+        print(f"run {run_id}: {run.path}", file=out, flush=True)
+        runner = runner_module.PlaybookRunner(run.ansible_dir, inventory=inv)
+        runner.cancel_requested = interrupted
+        run.set_status("preflight")
+        try:
+            facts = run_preflight(
+                runner,
+                spec,
+                run_id,
+                output_dir=resume.output_dir if resume else None,
+                checkpoints_of=resume.output_dir if resume else None,
+            )
+            plan = build_plan(job, facts, run_id, resume)
+            _refuse(validate_plan(plan))
+        except LauncherError as err:
+            run.set_status("stopped" if interrupted.is_set() else "rejected", str(err))
+            raise
+        return _ship_and_follow(run, runner, plan, interrupted=interrupted, detach=detach, out=out)
+
+
+def _write_node_files(run: RunDir, plan: RunPlan) -> None:
+    """Write ``files/<host>/``: the plan's files and job.json (kept), and ``bundle.json`` (0600).
+
+    The bundle is the one file the launch playbook copies per node (the plan's file bytes, job, env); the
+    agent unpacks it. It holds the environment in clear, so it is deleted once the nodes have it.
+    """
+    for host in plan.hosts:
+        host_dir = run.files_dir / host
+        host_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for name, data in plan.files.items():
+            (host_dir / name).write_bytes(data)
+        job = dict(plan.jobs[host])
+        (host_dir / "job.json").write_text(json.dumps(job, indent=2) + "\n")
+        bundle = {
+            "files": {name: data.decode("utf-8") for name, data in plan.files.items()},  # rendered: UTF-8
+            "job": job,
+            "env": dict(plan.envs[host]),
+        }
+        fd = os.open(host_dir / "bundle.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(bundle, fh)
+
+
+def _remove_bundles(run: RunDir) -> None:
+    """Delete the controller copies of the node bundles (secrets in clear; the record has them masked)."""
+    for path in run.files_dir.glob("*/bundle.json"):
+        path.unlink()
+
+
+def _ship_and_follow(
+    run: RunDir,
+    runner: PlaybookRunner,
+    plan: RunPlan,
+    *,
+    interrupted: threading.Event,
+    detach: bool,
+    out: IO[str],
+) -> ExitCode:
+    spec, facts = plan.spec, plan.facts
+    _write_node_files(run, plan)
+    for note in facts.notes:
+        print(f"note: {note}", file=out)
+    for warning in facts.warnings:
+        print(f"warning: {warning}", file=out)
+    run.update(
+        hosts=facts.hosts,
+        master_addr=plan.master_addr,
+        master_port=spec.master_port,
+        nproc_per_node=facts.nproc_per_node,
+        node_env=masked(plan.envs),
+        versions=facts.stack,
+        gpus=facts.gpus,
+        deepspeed=plan.deepspeed_name,
+        output_dir=plan.output_dir,
+        warnings=facts.warnings,
+        notes=facts.notes,
+        torch=facts.torch,
+    )
+    run.set_status("starting")
+    t_start = time.monotonic()
+    try:
+        launch = runner.run(
+            "launch",
+            {
+                "mift_hosts": ",".join(facts.hosts),
+                "mift_run_id": run.run_id,
+                "mift_agent_src": agent_source(),
+                "mift_files_dir": str(run.files_dir),
+                "mift_stop_grace_s": spec.timeouts.stop_grace_s,
+                "mift_start_wait_s": 30,
+            },
+            timeout=spec.timeouts.start_s,
+        )
+    finally:
+        _remove_bundles(run)
+    job = Job(run)
+    started = {h: launch.report(h, "start") for h in facts.hosts}
+    run.update(start_s=round(time.monotonic() - t_start, 2), started={h: s for h, s in started.items() if s})
+    if interrupted.is_set() or not launch.ok:
+        if interrupted.is_set():
+            verdict = Verdict("stopped", "interrupted (Ctrl-C) while starting")
+        else:
+            verdict = Verdict("failed", _launch_failure(launch.failures))
+        finish(job, verdict, out=out, announce=True)
+        return JOB_FAILED
+    run.set_status("running")
+    print(
+        f"started on {len(facts.hosts)} nodes in {time.monotonic() - t_start:.1f} s "
+        f"(MASTER_ADDR={plan.master_addr} MASTER_PORT={spec.master_port} "
+        f"NPROC_PER_NODE={facts.nproc_per_node})",
+        file=out,
+        flush=True,
+    )
+    if detach:
+        run.update(launcher_pid=None)
+        print(
+            f"detached; follow with: python -m launcher status {run.run_id} | logs {run.run_id} --follow | "
+            f"stop {run.run_id}",
+            file=out,
+        )
+        return OK
+    from launcher.follow import follow  # noqa: PLC0415 - only when following
+
+    verdict, nodes = follow(
+        job,
+        interrupted=interrupted,
+        poll_interval_s=spec.poll_interval_s,
+        job_timeout_s=spec.timeouts.job_s,
+        out=out,
+    )
+    finish(job, verdict, nodes, out=out, announce=True)
+    return OK if verdict.state == "succeeded" else JOB_FAILED
+
+
+def _launch_failure(failures: dict[str, str]) -> str:
+    if not failures:
+        return "launch playbook failed"
+    host, line = next(iter(failures.items()))
+    return f"{host}: start failed: {line}"
