@@ -263,7 +263,8 @@ def amdgpu_packages(drv: str) -> list[Pkg]:
     dkms_conf = (
         f'PACKAGE_NAME="amdgpu"\nPACKAGE_VERSION="{modver}"\nAUTOINSTALL="yes"\n'
         "# TEST DOUBLE: the real package builds amdgpu.ko through DKMS; this one ships only this file\n"
-        "# and does not depend on dkms (test hosts cannot build or load kernel modules).\n"
+        "# and does not depend on dkms (test hosts cannot build or load kernel modules); its postinst\n"
+        "# calls a dkms if one is installed (the kernel stand-ins on test hosts).\n"
     )
     return [
         Pkg(
@@ -278,6 +279,18 @@ def amdgpu_packages(drv: str) -> list[Pkg]:
             desc.format("amdgpu-dkms: writes dkms.conf only, builds nothing"),
             [f"amdgpu-dkms-firmware (= {pkgver})"],
             files={f"/usr/src/amdgpu-{modver}/dkms.conf": (dkms_conf, 0o644)},
+            # like the real package's DKMS hooks; a no-op unless a dkms is installed (the kernel stand-ins of
+            # tools/testhosts/kernel_standin/ provide one). A build without headers is skipped, not fatal.
+            postinst=(
+                "command -v dkms >/dev/null 2>&1 || exit 0\n"
+                f"dkms add -m amdgpu -v {modver} >/dev/null\n"
+                f'dkms install -m amdgpu -v {modver} -k "$(uname -r)" || '
+                'echo "amdgpu-dkms TEST DOUBLE: build skipped (no headers?)" >&2\n'
+            ),
+            prerm=(
+                "command -v dkms >/dev/null 2>&1 || exit 0\n"
+                f"dkms remove -m amdgpu -v {modver} --all >/dev/null\n"
+            ),
         ),
     ]
 
