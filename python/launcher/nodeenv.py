@@ -78,6 +78,24 @@ def resolve_nproc(
     return next(iter(counts.values())) or 1
 
 
+def provisioned_env(flash_attn_fact: Mapping[str, object] | None) -> dict[str, str]:
+    """Return the environment provisioning says a trainer on the node needs (``mift_flash_attn`` local fact).
+
+    The flash_attn role records ``runtime_env``: flash-attn's Triton backend is only used when
+    ``FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE`` is set at run time, not only at build time (otherwise
+    ``flash_attn`` imports the CK extension, absent from a Triton build). A fact written before
+    ``runtime_env`` existed still gets the variable when its backend is ``triton``.
+    """
+    fact = flash_attn_fact or {}
+    if fact.get("enabled") not in (True, "true", "True"):
+        return {}
+    runtime = fact.get("runtime_env")
+    env = {str(k): str(v) for k, v in runtime.items()} if isinstance(runtime, dict) else {}
+    if fact.get("backend") == "triton":
+        env.setdefault("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    return env
+
+
 def render_node_env(
     spec: JobSpec,
     *,
@@ -89,8 +107,9 @@ def render_node_env(
 ) -> dict[str, dict[str, str]]:
     """Return host -> environment for the trainer (values in clear; mask before recording).
 
-    ``node_env`` is each host's inventory ``mift_node_env`` (e.g. PYTHONPATH of a ``pip --target`` stack);
-    the job spec's ``env`` wins over it, the launcher's rendezvous variables over both.
+    ``node_env`` is each host's environment from provisioning (:func:`provisioned_env`) under its inventory
+    ``mift_node_env`` (e.g. PYTHONPATH of a ``pip --target`` stack); the job spec's ``env`` wins over it, the
+    launcher's rendezvous variables over both.
     """
     extra = {**OFFLINE_ENV, **spec.env_strings()}
     out: dict[str, dict[str, str]] = {}

@@ -7,7 +7,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError, JobFailedError
-from launcher.nodeenv import resolve_nproc
+from launcher.nodeenv import provisioned_env, resolve_nproc
 from launcher.torchinfo import cuda_hosts, cuda_note, torch_gpu_mem_gib, torch_stack
 
 if TYPE_CHECKING:
@@ -30,7 +30,8 @@ class NodeFacts:
     probe: dict[str, dict[str, Any]]
     nproc_per_node: int = 0
     warnings: list[str] = field(default_factory=list)
-    # what each node's trainer torch reports (mift_torch_probe.py), the inventory's mift_node_env, notes
+    # what each node's trainer torch reports (mift_torch_probe.py), the env each trainer gets (provisioning's
+    # runtime env under the inventory's mift_node_env), notes
     torch: dict[str, dict[str, Any]] = field(default_factory=dict)
     node_env: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -131,7 +132,11 @@ def run_preflight(
         gpus={h: reports[h].get("gpus") or {} for h in hosts},
         probe={h: reports[h].get("probe") or {} for h in hosts},
         torch={h: reports[h].get("torch") or {} for h in hosts},
-        node_env={h: reports[h].get("node_env") or {} for h in hosts},
+        # provisioning's runtime env (flash-attn's Triton switch) under the inventory's mift_node_env
+        node_env={
+            h: {**provisioned_env(reports[h].get("flash_attn")), **(reports[h].get("node_env") or {})}
+            for h in hosts
+        },
     )
     apply_torch_facts(facts)
     _check(facts, spec)

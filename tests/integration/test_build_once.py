@@ -6,7 +6,14 @@ The fixture package tests/fixtures/buildonce_pkg has a C extension, so building 
 Run 1: exactly one host (the builder, first of `trainers`) builds; the controller caches the wheel; every
 host installs it from the cache. Run 2: nothing is built and nothing changes. Run 3: a changed build flag
 is a new cache key, so the builder builds once more and every host gets the new binary.
-Needs root and the rig (tools/testhosts/rig setup); takes about 2-3 minutes.
+
+The flash_attn test runs the flash_attn role's build step (its build environment: ninja installed into the
+venv first, the venv's bin first on PATH, MAX_JOBS) on the builder with tests/fixtures/torchext_standin, a
+STAND-IN for flash-attention's source (a torch C++ op built with torch.utils.cpp_extension against the CPU
+torch; the CK kernels need ROCm), in a venv made with python3.11 and the packages python_env chooses on Ubuntu
+22.04 (python3.11, python3.11-venv, python3.11-dev: Debian 12 has the same names), and shows ninja ran.
+Needs root and the rig (tools/testhosts/rig setup); the build-once test takes about 6 minutes on the 2-core
+controller, the flash_attn build test about 2-3 more.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ ansible_runner = pytest.importorskip("ansible_runner")
 
 REPO = REPO_ROOT
 FIXTURE = REPO / "tests" / "fixtures" / "buildonce_pkg"
+STANDIN = REPO / "tests" / "fixtures" / "torchext_standin"  # stand-in for flash-attention's source
 RIG_ID = rig_id_from_env("MIFT_BUILDONCE_RIG_ID", 4)
 HOSTS = 3
 BUILD_TASK = "Build the wheel on the builder, buildonce"
@@ -97,12 +105,20 @@ def _playbook(cache: Path, flag: int) -> list[dict[str, Any]]:
 class Run:
     """One ansible-runner run of the playbook and what its events say."""
 
-    def __init__(self, tmp: Path, inventory: Path, cache: Path, flag: int, name: str) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        inventory: Path,
+        cache: Path,
+        flag: int,
+        name: str,
+        playbook: list[dict[str, Any]] | None = None,
+    ) -> None:
         pdd = tmp / name
         pdd.mkdir()
         self.result = ansible_runner.run(
             private_data_dir=str(pdd),
-            playbook=_playbook(cache, flag),
+            playbook=playbook or _playbook(cache, flag),
             inventory=str(inventory),
             envvars={
                 "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
@@ -131,6 +147,16 @@ class Run:
         return {
             d["host"]: json.loads(d["res"]["stdout"]) for d in self.ok_events("Report the state of the host")
         }
+
+    def slowest(self, count: int = 6) -> list[tuple[float, str, str]]:
+        """Return the ``count`` slowest task results as (seconds, host, task), for the CI time budget."""
+        timed = [
+            (round(float(e["event_data"]["duration"]), 1), e["event_data"]["host"], e["event_data"]["task"])
+            for e in self.events
+            if e["event"] in ("runner_on_ok", "runner_on_failed")
+            and e["event_data"].get("duration") is not None
+        ]
+        return sorted(timed, reverse=True)[:count]
 
     def stdout(self) -> str:
         text: str = self.result.stdout.read()
@@ -185,4 +211,103 @@ def test_build_once_install_everywhere(tmp_path: Path, inventory: Path) -> None:
         assert report["flag"] == 9
         assert len(report["builds"]) == (2 if host == "host1" else 0)
         assert report["fact"]["key"] != manifest["key"]
+    shutil.rmtree(cache)
+
+
+TE_VENV = "/opt/mift/venv-torchext"
+TE_BUILD_LOG = "/var/log/mift/wheel-builds-torchext.log"  # not the build-once test's log
+TE_BUILD_TASK = "Build the wheel on the builder, flash-attn"
+# Run on the builder after the build: the installed op, the fact, the build log and the ninja files.
+TE_REPORT_SRC = """
+import json, pathlib, subprocess, sys, torch, torchext_standin as t
+fact = json.loads(pathlib.Path('/etc/ansible/facts.d/mift_wheels.fact').read_text())['flash-attn']
+work = pathlib.Path('/var/tmp/mift-wheel-build') / ('flash-attn-' + fact['key'][:12])
+result = json.loads((work / 'result.json').read_text())
+keep = ('torchext_standin:', 'Falling back', '[', 'build ')
+log = [line.strip() for line in (work / 'build.log').read_text().splitlines()]
+dev = subprocess.run(['dpkg-query', '-Wf', '${Status}', 'python3.11-dev'], capture_output=True, text=True)
+print(json.dumps({
+    'op': t.scaled_add(torch.ones(2), torch.ones(2), 2.0).tolist(), 'fact': fact,
+    'python': sys.version.split()[0], 'pyvenv': (pathlib.Path(sys.prefix) / 'pyvenv.cfg').read_text(),
+    'dev_status': dev.stdout, 'tools': result['build_tools'], 'flags': result['build_flags'],
+    'ninja_files': sorted(str(p.relative_to(work)) for p in (work / 'src').rglob('build.ninja')),
+    'log': [line for line in log if line.startswith(keep) or 'Falling back' in line]}))
+"""
+
+
+def _flash_attn_playbook(cache: Path) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "Run the flash_attn build step with the stand-in source on the builder",
+            "hosts": "host1",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "Wait until the host answers over ssh",
+                    "ansible.builtin.wait_for_connection": {"timeout": 60},
+                },
+                {"name": "Gather facts", "ansible.builtin.setup": {}},
+                {
+                    # the interpreter and packages python_env chooses on Ubuntu 22.04, given explicitly here
+                    # (this host is Debian 12, whose own choice is /usr/bin/python3, also 3.11)
+                    "name": "Create the venv with python3.11",
+                    "ansible.builtin.include_role": {"name": "python_env"},
+                    "vars": {
+                        "python_env_path": TE_VENV,
+                        "python_env_python": "/usr/bin/python3.11",
+                        "python_env_apt_packages": ["python3.11", "python3.11-venv", "python3.11-dev"],
+                    },
+                },
+                {
+                    "name": "Install the CPU torch",
+                    "ansible.builtin.include_role": {"name": "pytorch"},
+                    "vars": {"pytorch_backend": "cpu", "pytorch_venv": TE_VENV},
+                },
+                {
+                    "name": "Build through the flash_attn role's build step",
+                    "ansible.builtin.include_role": {"name": "flash_attn", "tasks_from": "build"},
+                    "vars": {
+                        "flash_attn_venv": TE_VENV,
+                        "flash_attn_backend": "ck",
+                        "flash_attn_source_type": "path",
+                        "flash_attn_source_path": str(STANDIN),
+                        "wheel_cache_dir": str(cache),
+                        "wheel_cache_build_log": TE_BUILD_LOG,
+                    },
+                },
+                {
+                    "name": "Report the state of the host",
+                    "ansible.builtin.command": {"argv": [f"{TE_VENV}/bin/python", "-c", TE_REPORT_SRC]},
+                    "register": "report",
+                    "changed_when": False,
+                },
+            ],
+        }
+    ]
+
+
+def test_flash_attn_build_uses_ninja_from_the_venv(tmp_path: Path, inventory: Path) -> None:
+    cache = tmp_path / "wheels"
+    run = Run(tmp_path, inventory, cache, flag=0, name="flash-attn", playbook=_flash_attn_playbook(cache))
+    assert run.result.rc == 0, run.stdout()
+    assert [d["res"].get("changed") for d in run.ok_events(TE_BUILD_TASK)] == [True], "exactly one build"
+    report = run.reports()["host1"]
+    print(json.dumps({k: report[k] for k in ("python", "tools", "flags", "ninja_files", "log")}, indent=1))
+    print("slowest tasks (s, host, task):", *run.slowest(), sep="\n  ")
+
+    # the venv was made by python3.11, and the builder got that interpreter's headers
+    assert report["python"].startswith("3.11.") and "/usr/bin" in report["pyvenv"]
+    assert "python3.11" in report["pyvenv"] and report["dev_status"] == "install ok installed"
+    # the build found the venv's ninja first on PATH, torch's extension builder used it with MAX_JOBS
+    ninja = f"{TE_VENV}/bin/ninja"
+    assert report["tools"]["ninja"] == ninja
+    max_jobs = report["flags"]["MAX_JOBS"]
+    assert int(max_jobs) >= 1 and report["flags"]["GPU_ARCHS"] == "gfx942"
+    assert f"torchext_standin: use_ninja=True MAX_JOBS={max_jobs} ninja={ninja}" in report["log"]
+    assert not [line for line in report["log"] if "Falling back" in line]
+    assert any(line.startswith("[2/2] c++") for line in report["log"]), report["log"]
+    assert report["ninja_files"] == ["src/build/temp.linux-x86_64-cpython-311/build.ninja"]
+    # the built op installed from the cache and computes
+    assert report["op"] == [3.0, 3.0]
+    assert report["fact"]["dist"] == "mift_torchext_standin" and report["fact"]["built_here"] is True
     shutil.rmtree(cache)

@@ -1,7 +1,9 @@
-"""Per-node environment rendering, processes per node, stack drift, train config preparation."""
+"""Per-node environment rendering (with provisioning's runtime env), processes per node, stack drift, train
+config preparation."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,9 @@ from launcher.engine.load import load_job
 from launcher.engine.plan import build_plan
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import parse_job_spec
-from launcher.nodeenv import masked, render_node_env, resolve_nproc
-from launcher.preflight import NodeFacts, stack_drift
+from launcher.nodeenv import masked, provisioned_env, render_node_env, resolve_nproc
+from launcher.preflight import NodeFacts, run_preflight, stack_drift
+from launcher.runner import PlaybookResult
 
 SRC = Path("/jobs/x.yaml")
 
@@ -102,3 +105,63 @@ def test_plan_sets_deepspeed_output_and_resume(tmp_path: Path) -> None:
     shipped = yaml.safe_load(no_ds.files["train.yaml"])
     assert "deepspeed" not in shipped and shipped["overwrite_output_dir"] is True
     assert set(no_ds.files) == {"train.yaml"}
+
+
+def test_provisioned_env_exports_the_triton_switch_of_flash_attn() -> None:
+    switch = {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}
+    assert provisioned_env({"enabled": True, "backend": "triton", "runtime_env": switch}) == switch
+    # a fact written before runtime_env was recorded still gets it; CK, disabled and absent facts get nothing
+    assert provisioned_env({"enabled": True, "backend": "triton"}) == switch
+    assert provisioned_env({"enabled": True, "backend": "ck", "runtime_env": {}}) == {}
+    assert provisioned_env({"enabled": False, "backend": "", "runtime_env": {}}) == {}
+    assert provisioned_env(None) == {}
+
+
+class _Runner:
+    """Test double of PlaybookRunner: returns the preflight reports of two nodes, runs nothing."""
+
+    def __init__(self, reports: dict[str, dict[str, object]]) -> None:
+        self.cancel_requested = threading.Event()
+        self.reports = reports
+
+    def run(self, playbook: str, extravars: dict[str, object]) -> PlaybookResult:
+        assert playbook == "preflight"
+        return PlaybookResult(playbook, 0, "successful", reports=self.reports)
+
+
+def test_preflight_passes_the_flash_attn_runtime_env_to_the_trainer() -> None:
+    """A node provisioned with flash-attn's Triton backend gets FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE."""
+    probe = {"trainer_cli_found": True, "free_bytes": 10**12, "port_free": True}
+    switch = {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE"}
+    fact = {"enabled": True, "backend": "triton", "runtime_env": switch}
+    reports = {
+        host: {
+            "preflight": {
+                "train_address": address,
+                "probe": probe,
+                "flash_attn": fact,
+                "node_env": node_env,
+                "play_hosts": ["h1", "h2"],
+            }
+        }
+        for host, address, node_env in [
+            ("h1", "10.0.0.1", {}),
+            ("h2", "10.0.0.2", {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "FALSE"}),  # the inventory wins
+        ]
+    }
+    job = spec(nproc_per_node=1)
+    facts = run_preflight(_Runner(reports), job, "r1")  # type: ignore[arg-type]
+    envs = render_node_env(
+        job, hosts=facts.hosts, master_addr="10.0.0.1", nproc_per_node=1, run_id="r1", node_env=facts.node_env
+    )
+    assert envs["h1"]["FLASH_ATTENTION_TRITON_AMD_ENABLE"] == "TRUE"
+    assert envs["h2"]["FLASH_ATTENTION_TRITON_AMD_ENABLE"] == "FALSE"
+    with_job_env = render_node_env(
+        spec(nproc_per_node=1, env={"FLASH_ATTENTION_TRITON_AMD_ENABLE": "0"}),
+        hosts=facts.hosts,
+        master_addr="10.0.0.1",
+        nproc_per_node=1,
+        run_id="r1",
+        node_env=facts.node_env,
+    )
+    assert with_job_env["h1"]["FLASH_ATTENTION_TRITON_AMD_ENABLE"] == "0"  # the job spec wins over both

@@ -1,11 +1,17 @@
-"""Unit tests of the Python helpers the stack roles ship to the nodes (ds_report parser, tree hash)."""
+"""Unit tests of the Python helpers the stack roles ship to the nodes (ds_report parser, tree hash, build
+driver, flash_attn's Triton probe)."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,3 +68,59 @@ def test_fixture_tree_hash_is_stable() -> None:
     tree_hash = _load(REPO / "roles/wheel_cache/files/mift_tree_hash.py").tree_hash
     fixture = REPO / "tests/fixtures/buildonce_pkg"
     assert tree_hash(fixture) == tree_hash(fixture)
+
+
+def test_build_puts_the_venv_bin_first_on_path_once() -> None:
+    build_env = _load(REPO / "roles/wheel_cache/files/mift_build_wheel.py").build_env
+    venv_bin = Path("/opt/mift/venv/bin")
+    env = build_env({"PATH": "/usr/bin:/opt/mift/venv/bin:/bin", "MAX_JOBS": "8"}, venv_bin)
+    assert env == {"PATH": "/opt/mift/venv/bin:/usr/bin:/bin", "MAX_JOBS": "8"}
+    assert build_env({}, venv_bin)["PATH"].startswith("/opt/mift/venv/bin:")
+
+
+def test_build_refuses_to_start_without_a_required_tool(tmp_path: Path) -> None:
+    """A build that needs ninja stops before compiling anything, with one line naming the tool and why."""
+    script = REPO / "roles/wheel_cache/files/mift_build_wheel.py"
+    argv = [sys.executable, str(script), "--name", "flash-attn", "--key", "k" * 64]
+    argv += ["--workdir", str(tmp_path), "--srcdir", str(tmp_path), "--host-log", str(tmp_path / "host.log")]
+    argv += ["--build-json", '["false"]', "--require-tool=mift-no-such-tool"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("flash-attn: mift-no-such-tool not found on the build PATH (")
+    assert done.stderr.count("\n") == 1 and "install it into the venv before the build" in done.stderr
+    assert not (tmp_path / "result.json").exists() and not (tmp_path / "host.log").exists()
+    assert f"build PATH: {Path(sys.executable).parent}:" in (tmp_path / "build.log").read_text()
+
+
+def _fake_dist(site: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
+    lines += [f"Requires-Dist: {r}\n" for r in requires]
+    (info / "METADATA").write_text("".join(lines))
+
+
+@pytest.mark.parametrize(
+    ("triton", "installed", "missing"),
+    [
+        ("triton-rocm==3.6.0", ("triton-rocm", "3.6.0"), []),  # newer ROCm wheels (torch 2.10.0+rocm7.1)
+        ("pytorch-triton-rocm==3.4.0", ("pytorch-triton-rocm", "3.4.0"), []),  # older ROCm wheels
+        ("triton-rocm==3.6.0", ("triton", "3.5.0"), ["triton-rocm"]),  # another Triton than torch's
+    ],
+)
+def test_triton_probe_knows_every_rocm_triton_name(
+    tmp_path: Path, triton: str, installed: tuple[str, str], missing: list[str]
+) -> None:
+    """The flash_attn Triton check reads the Triton torch requires under all its names."""
+    role_vars = yaml.safe_load((REPO / "roles/flash_attn/vars/main.yml").read_text())
+    _fake_dist(tmp_path, "torch", "2.10.0+rocm7.1", ("filelock", f'{triton}; platform_system == "Linux"'))
+    _fake_dist(tmp_path, *installed)
+    argv = [sys.executable, "-S", "-c", role_vars["_flash_attn_triton_probe_src"]]
+    env = {"PYTHONPATH": str(tmp_path)}
+    argv += role_vars["_flash_attn_triton_dists"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    probe = json.loads(done.stdout)
+    assert probe["required"] == [f'{triton}; platform_system == "Linux"']
+    assert probe["installed"] == {installed[0]: installed[1]}
+    assert probe["missing"] == missing
