@@ -471,7 +471,7 @@ def test_image_save_then_up_gives_each_host_its_own_identity(rig_factory) -> Non
                 probe = (
                     "hostname; cat /opt/mift-image-test/file; test -e /etc/issue.net && echo present || "
                     "echo removed; cat /etc/mift-testdouble/gpu-profile; "
-                    "cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub; grep -c host /etc/hosts"
+                    "cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub; grep -cE ' host[0-9]+$' /etc/hosts"
                 )
                 seen[host] = clone.ssh(host, probe).stdout.split()
             assert seen[1][:4] == ["host1", "kept", "removed", "mi300x"], seen
