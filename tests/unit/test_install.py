@@ -1,0 +1,55 @@
+"""The launch playbook's node side (launcher/data/mift_install.py): files from stdin, modes, the agent."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+INSTALL = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_install.py"
+# stands in for mift_agent.py: prints what it was started with, exits 1 when told to
+AGENT_STANDIN = (
+    "import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\nsys.exit('--fail' in sys.argv)\n"
+)
+
+
+def _install(run_dir: Path, files: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", INSTALL.read_text(), str(run_dir), *args],
+        input=json.dumps(files),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_writes_files_with_their_modes_then_execs_the_agent(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "r1"
+    files = {
+        "mift_agent.py": AGENT_STANDIN,
+        "mift_contract.py": "X = 1\n",
+        "bundle.json": '{"env": {"T": "s"}}',
+    }
+    proc = _install(run_dir, files, "--grace", "8", "--wait", "30")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"argv": ["start", str(run_dir), "--grace", "8", "--wait", "30"]}
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in run_dir.iterdir()}
+    assert modes == {"mift_agent.py": 0o700, "mift_contract.py": 0o700, "bundle.json": 0o600}
+    assert (run_dir / "bundle.json").read_text() == files["bundle.json"]
+
+
+def test_agent_failure_is_the_tasks_exit_status(tmp_path: Path) -> None:
+    proc = _install(tmp_path / "r2", {"mift_agent.py": AGENT_STANDIN}, "--fail")
+    assert proc.returncode == 1 and json.loads(proc.stdout)["argv"][-1] == "--fail"
+
+
+def test_a_path_in_a_file_name_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r3"
+    proc = _install(run_dir, {"../escape.py": "x"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "mift_install: refusing file name '../escape.py'"
+    assert not (tmp_path / "escape.py").exists() and not run_dir.exists()
