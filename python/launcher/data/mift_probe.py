@@ -4,10 +4,12 @@
 Standard library only: preflight feeds this file to the system ``python3 -`` on stdin (no file is written, no
 directory created). One command prints one JSON object (read by ``launcher.preflight``): free disk where
 the outputs go, whether the master port is free, the trainer entry point, the stack versions installed in the
-node venv now, the ``checkpoint-N`` folders of a run to resume, and what the trainer's torch reports (CUDA or
-ROCm build, GPU count and memory: ``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cli``,
-which is what a ``pip install --target`` folder has). The versions and torch are asked in parallel. Never
-fails: preflight decides what the answers mean.
+node venv now, the local facts provisioning wrote (``/etc/ansible/facts.d/mift_{stack,gpus,flash_attn}.fact``,
+JSON; read here, so that preflight needs no fact-gathering round trip), the ``checkpoint-N`` folders of a run
+to resume, and what the trainer's torch reports (CUDA or ROCm build, GPU count and memory:
+``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cli``, which is what a ``pip install
+--target`` folder has). The versions and torch are asked in parallel. Never fails: preflight decides what the
+answers mean.
 
     python3 - RUN_DIR [--path OUTPUT_DIR] [--port PORT] [--venv VENV] [--checkpoints DIR] < mift_probe.py
 """
@@ -169,6 +171,22 @@ def checkpoints(path: Path) -> list[int]:
     return sorted(found)
 
 
+FACTS_DIR = Path("/etc/ansible/facts.d")
+LOCAL_FACTS = ("mift_stack", "mift_gpus", "mift_flash_attn")
+
+
+def local_facts(facts_dir: Path = FACTS_DIR) -> dict[str, dict[str, Any]]:
+    """Return the local facts preflight reads (each ``{}`` when absent or not a JSON object)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in LOCAL_FACTS:
+        try:
+            value = json.loads((facts_dir / f"{name}.fact").read_text())
+        except (OSError, ValueError):
+            value = {}
+        out[name] = value if isinstance(value, dict) else {}
+    return out
+
+
 def cmd_facts(path: Path, port: int | None, venv: Path, ckpt_dir: Path | None = None) -> dict[str, Any]:
     """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point, versions,
     what torch reports.
@@ -192,6 +210,7 @@ def cmd_facts(path: Path, port: int | None, venv: Path, ckpt_dir: Path | None = 
             "mem_total_bytes": _mem_total(),
             "versions": versions.result(),
             "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
+            "local_facts": local_facts(),
             "torch": torch.result(),
         }
 

@@ -1,4 +1,5 @@
-"""The launch playbook's node side (launcher/data/mift_install.py): files from stdin, modes, the agent."""
+"""The node scripts of launch and preflight: mift_install.py (files from stdin, modes, the agent), and the
+local facts the probe reads."""
 
 from __future__ import annotations
 
@@ -53,3 +54,22 @@ def test_a_path_in_a_file_name_is_refused_before_anything_is_written(tmp_path: P
     assert proc.returncode == 1
     assert proc.stderr.strip() == "mift_install: refusing file name '../escape.py'"
     assert not (tmp_path / "escape.py").exists() and not run_dir.exists()
+
+
+def test_probe_reads_the_local_facts_preflight_needs(tmp_path: Path) -> None:
+    """The probe answers mift_stack/mift_gpus/mift_flash_attn as Ansible's local facts would; {} otherwise."""
+    sys.path.insert(0, str(INSTALL.parent))
+    try:
+        import mift_probe  # noqa: PLC0415 - the node script, imported from its folder
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "mift_stack.fact").write_text('{"torch": "2.9.1"}')
+    (tmp_path / "mift_gpus.fact").write_text("[1, 2]")  # not an object
+    (tmp_path / "mift_flash_attn.fact").write_bytes(b"\xff\xfe")  # not text
+    assert mift_probe.local_facts(tmp_path) == {
+        "mift_stack": {"torch": "2.9.1"},
+        "mift_gpus": {},
+        "mift_flash_attn": {},
+    }
+    absent = mift_probe.local_facts(tmp_path / "absent")
+    assert absent == {name: {} for name in ("mift_stack", "mift_gpus", "mift_flash_attn")}
