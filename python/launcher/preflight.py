@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError, JobFailedError
 from launcher.nodeenv import provisioned_env, resolve_nproc
+from launcher.torch_answers import TorchAnswers
 from launcher.torchinfo import cuda_hosts, cuda_note, torch_gpu_mem_gib, torch_stack
 
 if TYPE_CHECKING:
@@ -111,6 +112,8 @@ def run_preflight(
         extravars["mift_node_venv"] = spec.node_venv
     if checkpoints_of:
         extravars["mift_checkpoints_of"] = checkpoints_of
+    torch_answers = TorchAnswers()  # torch is asked again only where what it depends on changed
+    extravars["mift_torch_known"] = torch_answers.known()
     result = runner.run("preflight", extravars)
     if runner.cancel_requested.is_set():
         raise JobFailedError("interrupted during preflight; nothing was started")
@@ -131,7 +134,7 @@ def run_preflight(
         stack={h: reports[h].get("stack") or {} for h in hosts},
         gpus={h: reports[h].get("gpus") or {} for h in hosts},
         probe={h: reports[h].get("probe") or {} for h in hosts},
-        torch={h: reports[h].get("torch") or {} for h in hosts},
+        torch=torch_answers.resolve({h: reports[h].get("torch") or {} for h in hosts}),
         # provisioning's runtime env (flash-attn's Triton switch) under the inventory's mift_node_env
         node_env={
             h: {**provisioned_env(reports[h].get("flash_attn")), **(reports[h].get("node_env") or {})}

@@ -56,13 +56,19 @@ def test_a_path_in_a_file_name_is_refused_before_anything_is_written(tmp_path: P
     assert not (tmp_path / "escape.py").exists() and not run_dir.exists()
 
 
-def test_probe_reads_the_local_facts_preflight_needs(tmp_path: Path) -> None:
-    """The probe answers mift_stack/mift_gpus/mift_flash_attn as Ansible's local facts would; {} otherwise."""
+def _probe_module():  # the node script, imported from its folder
     sys.path.insert(0, str(INSTALL.parent))
     try:
-        import mift_probe  # noqa: PLC0415 - the node script, imported from its folder
+        import mift_probe  # noqa: PLC0415
+
+        return mift_probe
     finally:
         sys.path.pop(0)
+
+
+def test_probe_reads_the_local_facts_preflight_needs(tmp_path: Path) -> None:
+    """The probe answers mift_stack/mift_gpus/mift_flash_attn as Ansible's local facts would; {} otherwise."""
+    mift_probe = _probe_module()
     (tmp_path / "mift_stack.fact").write_text('{"torch": "2.9.1"}')
     (tmp_path / "mift_gpus.fact").write_text("[1, 2]")  # not an object
     (tmp_path / "mift_flash_attn.fact").write_bytes(b"\xff\xfe")  # not text
@@ -73,3 +79,63 @@ def test_probe_reads_the_local_facts_preflight_needs(tmp_path: Path) -> None:
     }
     absent = mift_probe.local_facts(tmp_path / "absent")
     assert absent == {name: {} for name in ("mift_stack", "mift_gpus", "mift_flash_attn")}
+
+
+def _fake_venv(tmp_path: Path) -> Path:
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    (site / "torch-2.9.1.dist-info").mkdir(parents=True)
+    (site / "torch-2.9.1.dist-info" / "RECORD").write_text("torch/__init__.py,,\n")
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("")
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python3").symlink_to(sys.executable)
+    return venv
+
+
+def test_torch_key_changes_with_what_torch_answers_depend_on(tmp_path: Path, monkeypatch) -> None:
+    probe = _probe_module()
+    venv = _fake_venv(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    for name in probe.VISIBLE_DEVICES:
+        monkeypatch.delenv(name, raising=False)
+    key = probe.torch_key(venv)
+    assert key and probe.torch_key(venv) == key  # stable
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert probe.torch_key(venv) not in (None, key)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    record = venv / "lib" / "python3.11" / "site-packages" / "torch-2.9.1.dist-info" / "RECORD"
+    record.write_text("torch/__init__.py,,\ntorch/version.py,,\n")  # a pip reinstall rewrites RECORD
+    assert probe.torch_key(venv) not in (None, key)
+    assert probe.torch_key(tmp_path / "no-venv") is None  # no torch metadata: torch is always asked
+
+
+def test_probe_skips_torch_when_the_controller_holds_the_answer_for_the_key(tmp_path: Path) -> None:
+    probe = _probe_module()
+    venv = _fake_venv(tmp_path)
+    fresh = probe.cmd_facts(tmp_path, None, venv)
+    assert "cached" not in fresh["torch"] and fresh["torch"]["key"] == probe.torch_key(venv)
+    again = probe.cmd_facts(tmp_path, None, venv, torch_known=fresh["torch"]["key"])
+    assert again["torch"] == {"cached": True, "key": fresh["torch"]["key"]}
+    stale = probe.cmd_facts(tmp_path, None, venv, torch_known="0" * 32)
+    assert "cached" not in stale["torch"]
+
+
+def test_controller_keeps_answers_without_errors_and_fills_cached_replies(tmp_path: Path) -> None:
+    from launcher.torch_answers import TorchAnswers  # noqa: PLC0415
+
+    path = tmp_path / "cache" / "torch-probe.json"
+    first = TorchAnswers(path)
+    assert first.known() == {}
+    answer = {"torch": "2.9.1", "device_count": 8, "key": "k1"}
+    out = first.resolve({"h1": answer, "h2": {"error": "No module named 'torch'", "key": "k2"}})
+    assert out == {"h1": answer, "h2": {"error": "No module named 'torch'", "key": "k2"}}
+    second = TorchAnswers(path)  # the next run reads what the first kept
+    assert second.known() == {"h1": "k1"}
+    assert second.resolve({"h1": {"cached": True, "key": "k1"}})["h1"] == {**answer, "cached": True}
+    assert "error" in second.resolve({"h1": {"cached": True, "key": "other"}})["h1"]
+    # a failing torch forgets the host: the next run asks it again
+    second.resolve({"h1": {"error": "CUDA init failed", "key": "k3"}})
+    assert TorchAnswers(path).known() == {}
+    path.write_bytes(b"\xff not json")
+    assert TorchAnswers(path).known() == {}

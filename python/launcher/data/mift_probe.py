@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
 import json
 import os
 import re
@@ -90,6 +91,43 @@ def probe(venv: Path, timeout: float = 120.0) -> dict[str, Any]:
     if not isinstance(data, dict):
         return {"python": python, "error": "output is not a JSON object"}
     return {**data, "python": python}
+
+
+VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def _stamp(path: Path) -> list[Any]:
+    try:
+        st = path.stat()
+    except OSError:
+        return [str(path), None, None]
+    return [str(path), st.st_mtime_ns, st.st_size]
+
+
+def torch_key(venv: Path) -> str | None:
+    """Return a key of what torch's answer depends on, read without starting an interpreter; None: always ask.
+
+    The boot (``boot_id``), the GPU device nodes (``/dev/kfd``, ``/dev/dri/renderD*``, ``/dev/nvidia<N>``),
+    the visible-devices variables, the trainer's interpreter, and torch's installation as files tell it: its
+    ``RECORD`` (rewritten by every pip install), the package folder, ``__init__.py`` and ``version.py``. None
+    when torch's metadata is not found in the venv or on ``PYTHONPATH``.
+    """
+    dirs = [*venv.glob("lib/python3*/site-packages")]
+    dirs += [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    records = sorted(r for d in dirs for r in d.glob("torch-*.dist-info/RECORD"))
+    if not records:
+        return None
+    packages = [r.parents[1] / "torch" for r in records]
+    files = [*records, *packages, *(pkg / name for pkg in packages for name in ("__init__.py", "version.py"))]
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    dev = Path("/dev")
+    devices = sorted(str(p) for pattern in ("kfd", "dri/renderD*", "nvidia[0-9]*") for p in dev.glob(pattern))
+    parts: list[Any] = [boot, devices, {k: os.environ.get(k) for k in VISIBLE_DEVICES}, venv_python(venv)]
+    parts.append([_stamp(f) for f in files])
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _free_bytes(path: Path) -> int:
@@ -187,16 +225,27 @@ def local_facts(facts_dir: Path = FACTS_DIR) -> dict[str, dict[str, Any]]:
     return out
 
 
-def cmd_facts(path: Path, port: int | None, venv: Path, ckpt_dir: Path | None = None) -> dict[str, Any]:
+def cmd_facts(
+    path: Path,
+    port: int | None,
+    venv: Path,
+    ckpt_dir: Path | None = None,
+    torch_known: str | None = None,
+) -> dict[str, Any]:
     """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point, versions,
     what torch reports.
 
-    Read-only: nothing is written on the node.
+    ``torch_known``: the :func:`torch_key` of the torch answer the controller already holds for this node;
+    when the key is unchanged, torch is not asked again (``{"cached": true, "key": ...}``). Read-only:
+    nothing is written on the node.
     """
     cli = venv / "bin" / "llamafactory-cli"
+    key = torch_key(venv)
+    ask_torch = key is None or key != torch_known
     with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two interpreters start at once
         versions = pool.submit(installed_versions, venv)
-        torch = pool.submit(probe, venv)
+        torch = pool.submit(probe, venv) if ask_torch else None
+        torch_answer = torch.result() if torch is not None else {"cached": True}
         return {
             "ok": True,
             "hostname": socket.gethostname(),
@@ -211,7 +260,7 @@ def cmd_facts(path: Path, port: int | None, venv: Path, ckpt_dir: Path | None = 
             "versions": versions.result(),
             "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
             "local_facts": local_facts(),
-            "torch": torch.result(),
+            "torch": {**torch_answer, **({"key": key} if key else {})},
         }
 
 
@@ -233,10 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--path", type=Path, default=Path("/"), help="where outputs will be written")
     parser.add_argument("--venv", type=Path, default=Path("/opt/mift/venv"), help="the node venv")
     parser.add_argument("--checkpoints", type=Path, default=None, help="list the checkpoint-N folders here")
+    parser.add_argument("--torch-known", default=None, help="torch_key of the answer the controller holds")
     args = parser.parse_args(argv)
     # relative paths are inside the node run directory (which may not exist yet)
     ckpt = args.run_dir / args.checkpoints if args.checkpoints is not None else None
-    print(json.dumps(cmd_facts(args.run_dir / args.path, args.port or None, args.venv, ckpt)))
+    facts = cmd_facts(args.run_dir / args.path, args.port or None, args.venv, ckpt, args.torch_known)
+    print(json.dumps(facts))
     return 0
 
 

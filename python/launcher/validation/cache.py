@@ -29,12 +29,17 @@ DISTRIBUTIONS = ("deepspeed", "llamafactory", "transformers", "torch", "pydantic
 _CODE = ("deepspeed.py", "deepspeed_schema.py", "llamafactory.py", "llamafactory_schema.py", "schema.py")
 
 
+def cache_root() -> Path:
+    """Return the launcher's cache folder on the controller (``$MIFT_CACHE_DIR``, else the XDG default)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mift-launcher"
+
+
 def cache_dir() -> Path:
     """Return the folder of cached verdicts."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]) / "validation"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mift-launcher" / "validation"
+    return cache_root() / "validation"
 
 
 def installed_version(dist: str) -> str | None:
