@@ -52,6 +52,9 @@ class JobSpec(_Strict):
     # None (left out): the training YAML's own ``deepspeed`` file, if it names one (docs/launcher.md,
     # "DeepSpeed")
     deepspeed: Literal["auto", "none"] | Path | None = None
+    # as_written: the training YAML's micro-batch, accumulation and checkpointing as they are; auto: the
+    # planner re-splits the same global batch (launcher.engine.split, docs/planner.md "Opting in")
+    plan: Literal["as_written", "auto"] = "as_written"
     hosts: str | list[str] = "trainers"
     nproc_per_node: Annotated[int, Field(gt=0)] | None = None
     master_addr: str | None = None
