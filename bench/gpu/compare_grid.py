@@ -22,7 +22,12 @@ from launcher.planning.hardware import H200  # noqa: E402
 from launcher.planning.memory import Strategy  # noqa: E402
 from launcher.planning.training import Split, plan_training_from_yaml  # noqa: E402
 
-TRAIN = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 8, "cutoff_len": 1024, "flash_attn": "sdpa"}
+TRAIN = {
+    "per_device_train_batch_size": 2,
+    "gradient_accumulation_steps": 8,
+    "cutoff_len": 1024,
+    "flash_attn": "sdpa",
+}
 
 
 def parse(ran: str) -> tuple[Strategy, Split]:
