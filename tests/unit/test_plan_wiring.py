@@ -288,3 +288,14 @@ def test_plan_command_json_keeps_its_keys_and_adds_the_training_plan(tmp_path, c
         "tokens_per_s",
         "fits",
     }
+
+
+def test_a_node_path_model_is_planned_from_the_job_specs_plan_model_config(tmp_path):
+    # the model lives on the nodes only (/opt/mift/models/...): the controller needs its config.json
+    path = _job(tmp_path, "deepspeed: none\nplan: auto\n", model_name_or_path="/opt/mift/models/my-own-model")
+    with pytest.raises(ConfigurationError, match="set plan_model_config in the job spec"):
+        build_plan(load_job(path), _h200(), "r1")
+    path.write_text(path.read_text() + "plan_model_config: model\n")  # relative to the job spec
+    plan = build_plan(load_job(path), _h200(), "r1")
+    assert plan.training is not None
+    assert plan.training.workload.model.layers == SHAPE_8B["num_hidden_layers"]

@@ -102,10 +102,11 @@ def run(args: argparse.Namespace) -> ExitCode:
     job = load_job(args.job)
     spec, train = job.spec, dict(job.train.data)
     cluster = cluster_from(args, spec.hosts, spec.nproc_per_node)
-    workload = workload_from_train(resolve_shape(args.model_config, train), train)
+    model_config = args.model_config or spec.plan_model_config
+    workload = workload_from_train(resolve_shape(model_config, train), train)
     plan = make_plan(workload, cluster, margin)
     training = plan_job(
-        job, train, cluster, accelerator=_accelerator(args), model_config=args.model_config, margin=margin
+        job, train, cluster, accelerator=_accelerator(args), model_config=model_config, margin=margin
     )
     applies = spec.plan == "auto"
     if args.json:

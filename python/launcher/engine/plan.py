@@ -92,7 +92,9 @@ def expected_outputs(train: Mapping[str, Any]) -> tuple[str, ...]:
     return ("config.json", "all_results.json")
 
 
-def _auto_deepspeed(train: Mapping[str, Any], facts: NodeFacts) -> tuple[str, dict[str, Any]]:
+def _auto_deepspeed(
+    train: Mapping[str, Any], facts: NodeFacts, model_config: Path | None = None
+) -> tuple[str, dict[str, Any]]:
     """Ask the planner for a DeepSpeed config (``deepspeed: auto``)."""
     from launcher.plan import choose_deepspeed_config  # noqa: PLC0415 - only for deepspeed: auto
 
@@ -100,7 +102,7 @@ def _auto_deepspeed(train: Mapping[str, Any], facts: NodeFacts) -> tuple[str, di
     gpu_mem = facts.gpu_mem_gib(facts.master) or 191.98  # mift_gpus, else torch (CUDA), else one MI300X
     host_mem = float(master.get("mem_total_bytes") or 0) / 1024**3
     return choose_deepspeed_config(
-        train.get("model_name_or_path"),
+        model_config or train.get("model_name_or_path"),
         dict(train),
         facts.nproc_per_node,
         len(facts.hosts),
@@ -133,7 +135,7 @@ def _deepspeed(
         assert choice is not None  # auto_plan refuses a plan without a choice
         return training.deepspeed_config(), choice.strategy.value
     if job.deepspeed_from == "auto":
-        name, chosen = _auto_deepspeed(train, facts)
+        name, chosen = _auto_deepspeed(train, facts, job.spec.plan_model_config)
         return chosen or None, name  # the planner returns ("none", {}) when plain DDP is fastest
     if job.deepspeed is not None:
         return copy.deepcopy(dict(job.deepspeed.data)), job.deepspeed.path.name

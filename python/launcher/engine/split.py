@@ -112,7 +112,9 @@ def auto_plan(job: LoadedJob, train: Mapping[str, Any], facts: NodeFacts) -> Tra
     """Return the training plan a ``plan: auto`` run applies; nothing fitting is one line at ``plan``."""
     check_pinned_batch(job)
     accelerator = accelerator_named(gpu_name(facts), default=MI300X)
-    plan = plan_job(job, train, cluster_of(facts), accelerator=accelerator)
+    plan = plan_job(
+        job, train, cluster_of(facts), accelerator=accelerator, model_config=job.spec.plan_model_config
+    )
     if plan.choice is None:
         raise ConfigurationError.at(job.spec_path, "plan", f"auto: {plan.reason()}", "plan-nothing-fits")
     return plan
