@@ -52,6 +52,12 @@ class JobSpec(_Strict):
     # None (left out): the training YAML's own ``deepspeed`` file, if it names one (docs/launcher.md,
     # "DeepSpeed")
     deepspeed: Literal["auto", "none"] | Path | None = None
+    # as_written: the training YAML's micro-batch, accumulation and checkpointing as they are; auto: the
+    # planner re-splits the same global batch (launcher.engine.split, docs/planner.md "Opting in")
+    plan: Literal["as_written", "auto"] = "as_written"
+    # the model's config.json (or its folder) on the controller, for the planner, when the training YAML's
+    # model_name_or_path is a node path the controller does not have and no bundled config matches it
+    plan_model_config: Path | None = None
     hosts: str | list[str] = "trainers"
     nproc_per_node: Annotated[int, Field(gt=0)] | None = None
     master_addr: str | None = None
@@ -200,6 +206,8 @@ def parse_job_spec(data: object, source: Path) -> JobSpec:
     updates: dict[str, Any] = {"train_config": (base / spec.train_config).resolve()}
     if isinstance(spec.deepspeed, Path):
         updates["deepspeed"] = (base / spec.deepspeed).resolve()
+    if spec.plan_model_config is not None:
+        updates["plan_model_config"] = (base / spec.plan_model_config).resolve()
     return spec.model_copy(update=updates)
 
 

@@ -159,7 +159,8 @@ def resolve_shape(model_dir_or_config: str | Path | None, train: dict[str, Any])
     if bundled is not None:
         return load_shape(bundled)
     raise ConfigurationError(
-        f"model_name_or_path: {name or '(missing)'}: no config.json on this machine; pass --model-config"
+        f"model_name_or_path: {name or '(missing)'}: no config.json on this machine; pass --model-config "
+        "(launcher plan) or set plan_model_config in the job spec"
     )
 
 

@@ -76,7 +76,7 @@ def test_speed_order_and_that_each_slower_strategy_needs_no_more_gpu_memory():
 def test_gradient_checkpointing_off_costs_far_more_activation_memory():
     on = activation_bytes(Workload(LLAMA3_70B, "lora", cutoff_len=4096))
     off = activation_bytes(Workload(LLAMA3_70B, "lora", cutoff_len=4096, gradient_checkpointing=False))
-    assert off > 10 * on
+    assert off > 8 * on  # 80 layers kept vs one layer and the layer inputs (measured slopes: docs/planner.md)
 
 
 def test_host_memory_decides_offload():

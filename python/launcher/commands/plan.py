@@ -11,6 +11,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import BAD_INPUT, OK, ExitCode
 
 if TYPE_CHECKING:
+    from launcher.planning.hardware import Accelerator
     from launcher.planning.memory import Cluster
 
 
@@ -25,9 +26,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add the ``plan`` subcommand."""
     p = subparsers.add_parser(
         "plan",
-        help="estimate memory per strategy and pick the fastest that fits",
+        help="estimate memory and speed of every strategy and split; pick the fastest that fits",
         description="Estimate per-GPU and per-host memory of no DeepSpeed, ZeRO-2, ZeRO-3 and ZeRO-3 with "
-        "offload for a job, mark which fit with a safety margin, and pick the fastest that fits.",
+        "offload for a job, mark which fit with a safety margin, and pick the fastest that fits; then the "
+        "whole training plan: every strategy x micro-batch x accumulation x checkpointing at the job's "
+        "global batch, with memory, predicted tokens/s and the choice (applied by `run` with plan: auto).",
     )
     p.add_argument("job", type=Path, help="job spec YAML")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -75,16 +78,50 @@ def cluster_from(args: argparse.Namespace, hosts: str | list[str], nproc: int | 
     )
 
 
+def _accelerator(args: argparse.Namespace) -> Accelerator:
+    from launcher.planning.hardware import ACCELERATORS  # noqa: PLC0415
+
+    return ACCELERATORS[args.hardware]
+
+
 def run(args: argparse.Namespace) -> ExitCode:
-    """Print the plan; exit 2 when no strategy fits. The job is read by the engine's one loader."""
+    """Print the plan; exit 2 when nothing fits. The job is read by the engine's one loader.
+
+    Text: the per-strategy memory table at the YAML's own split (what ``deepspeed: auto`` compares), then the
+    whole training plan (:mod:`launcher.planning.training`): the candidate table, why the choice won and its
+    predicted gain over the YAML as written, and whether the job spec applies it (``plan: auto``).
+    JSON: the keys it always had (``strategies``, ``choice``, ``reason``, ``inputs``: the strategy choice at
+    the YAML's split) plus ``plan_mode`` and ``training_plan`` (:meth:`TrainingPlan.as_json`).
+    """
     from launcher.engine.load import load_job  # noqa: PLC0415
+    from launcher.engine.split import plan_job  # noqa: PLC0415
     from launcher.plan import SAFETY_MARGIN, make_plan, resolve_shape, workload_from_train  # noqa: PLC0415
-    from launcher.planning.report import render  # noqa: PLC0415
+    from launcher.planning.report import render, render_training  # noqa: PLC0415
 
     margin = SAFETY_MARGIN if args.margin is None else args.margin
     job = load_job(args.job)
     spec, train = job.spec, dict(job.train.data)
-    workload = workload_from_train(resolve_shape(args.model_config, train), train)
-    plan = make_plan(workload, cluster_from(args, spec.hosts, spec.nproc_per_node), margin)
-    print(json.dumps(plan.as_json(), indent=2) if args.json else render(plan))
-    return OK if plan.choice is not None else BAD_INPUT
+    cluster = cluster_from(args, spec.hosts, spec.nproc_per_node)
+    model_config = args.model_config or spec.plan_model_config
+    workload = workload_from_train(resolve_shape(model_config, train), train)
+    plan = make_plan(workload, cluster, margin)
+    training = plan_job(
+        job, train, cluster, accelerator=_accelerator(args), model_config=model_config, margin=margin
+    )
+    applies = spec.plan == "auto"
+    if args.json:
+        print(
+            json.dumps(
+                {**plan.as_json(), "plan_mode": spec.plan, "training_plan": training.as_json()}, indent=2
+            )
+        )
+    else:
+        how = (
+            "the job spec says plan: auto: `run` applies this choice"
+            if applies
+            else "the job spec runs the YAML as written (plan: as_written); "
+            "`plan: auto` would apply this choice"
+        )
+        print(f"{render(plan)}\n\nWhole training plan ({how})\n{render_training(training)}")
+    chosen = training.choice if applies else plan.choice
+    return OK if chosen is not None else BAD_INPUT

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from launcher.engine.load import LoadedJob
     from launcher.jobspec import JobSpec
+    from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts
 
 TRAIN_FILE = "train.yaml"
@@ -55,6 +56,8 @@ class RunPlan:
         master_addr: torchrun's rendezvous address.
         envs: host -> the trainer's environment (secrets in clear; masked in the record).
         jobs: host -> the node agent's job description (``mift_contract.Job``).
+        training: with ``plan: auto``, the training plan whose split (and, with ``deepspeed: auto``,
+        strategy) ``files`` carry; None when the YAML runs as written.
     """
 
     run_id: str
@@ -68,6 +71,8 @@ class RunPlan:
     envs: Mapping[str, Mapping[str, str]]
     jobs: Mapping[str, Mapping[str, Any]]
     notes: tuple[str, ...] = field(default=())
+    # plan: auto: the applied training plan (launcher.engine.split.record_of); None: the YAML as written
+    training: TrainingPlan | None = None
 
     @property
     def spec(self) -> JobSpec:
@@ -87,7 +92,9 @@ def expected_outputs(train: Mapping[str, Any]) -> tuple[str, ...]:
     return ("config.json", "all_results.json")
 
 
-def _auto_deepspeed(train: Mapping[str, Any], facts: NodeFacts) -> tuple[str, dict[str, Any]]:
+def _auto_deepspeed(
+    train: Mapping[str, Any], facts: NodeFacts, model_config: Path | None = None
+) -> tuple[str, dict[str, Any]]:
     """Ask the planner for a DeepSpeed config (``deepspeed: auto``)."""
     from launcher.plan import choose_deepspeed_config  # noqa: PLC0415 - only for deepspeed: auto
 
@@ -95,7 +102,7 @@ def _auto_deepspeed(train: Mapping[str, Any], facts: NodeFacts) -> tuple[str, di
     gpu_mem = facts.gpu_mem_gib(facts.master) or 191.98  # mift_gpus, else torch (CUDA), else one MI300X
     host_mem = float(master.get("mem_total_bytes") or 0) / 1024**3
     return choose_deepspeed_config(
-        train.get("model_name_or_path"),
+        model_config or train.get("model_name_or_path"),
         dict(train),
         facts.nproc_per_node,
         len(facts.hosts),
@@ -119,20 +126,35 @@ def _resume_step(facts: NodeFacts, resume: ResumeFrom, spec_path: Path) -> int:
     return int(max(common))
 
 
+def _deepspeed(
+    job: LoadedJob, train: dict[str, Any], facts: NodeFacts, training: TrainingPlan | None
+) -> tuple[dict[str, Any] | None, str]:
+    """Return the DeepSpeed config the run ships (None: no DeepSpeed) and its name."""
+    if job.deepspeed_from == "auto" and training is not None:
+        choice = training.choice
+        assert choice is not None  # auto_plan refuses a plan without a choice
+        return training.deepspeed_config(), choice.strategy.value
+    if job.deepspeed_from == "auto":
+        name, chosen = _auto_deepspeed(train, facts, job.spec.plan_model_config)
+        return chosen or None, name  # the planner returns ("none", {}) when plain DDP is fastest
+    if job.deepspeed is not None:
+        return copy.deepcopy(dict(job.deepspeed.data)), job.deepspeed.path.name
+    return None, "none"
+
+
 def _configs(
     job: LoadedJob, facts: NodeFacts, run_id: str, resume: ResumeFrom | None
-) -> tuple[dict[str, Any], dict[str, Any] | None, str, str]:
-    """Return the shipped training config, DeepSpeed config, DeepSpeed name and output_dir."""
+) -> tuple[dict[str, Any], dict[str, Any] | None, str, str, TrainingPlan | None]:
+    """Return the shipped training config, DeepSpeed config, DeepSpeed name, output_dir and the plan."""
+    from launcher.engine.split import auto_plan  # noqa: PLC0415 - only for plan: auto
+
     spec = job.spec
     train = copy.deepcopy(dict(job.train.data))
-    ds: dict[str, Any] | None
-    if job.deepspeed_from == "auto":
-        name, chosen = _auto_deepspeed(train, facts)
-        ds = chosen or None  # the planner returns ("none", {}) when plain DDP is fastest
-    elif job.deepspeed is not None:
-        ds, name = copy.deepcopy(dict(job.deepspeed.data)), job.deepspeed.path.name
-    else:
-        ds, name = None, "none"
+    training = auto_plan(job, train, facts) if spec.plan == "auto" else None
+    if training is not None:
+        # the same global batch, re-split: micro-batch, accumulation, checkpointing (validated after this)
+        train.update(training.yaml_overrides())
+    ds, name = _deepspeed(job, train, facts, training)
     if ds is not None:
         train["deepspeed"] = DS_FILE  # relative: the trainer runs in the node run directory
     else:
@@ -158,13 +180,13 @@ def _configs(
         train = {"save_on_each_node": True, **train}
         if ds is not None:
             ds = {**ds, "checkpoint": {"use_node_local_storage": True, **dict(ds.get("checkpoint") or {})}}
-    return train, ds, name, output_dir
+    return train, ds, name, output_dir, training
 
 
 def build_plan(job: LoadedJob, facts: NodeFacts, run_id: str, resume: ResumeFrom | None = None) -> RunPlan:
     """Build the run plan: the shipped files' bytes, the per-node environment and job description."""
     spec = job.spec
-    train, ds, ds_name, output_dir = _configs(job, facts, run_id, resume)
+    train, ds, ds_name, output_dir, training = _configs(job, facts, run_id, resume)
     files = {TRAIN_FILE: yaml.safe_dump(train, sort_keys=False).encode()}
     if ds is not None:
         files[DS_FILE] = (json.dumps(ds, indent=2) + "\n").encode()
@@ -209,6 +231,7 @@ def build_plan(job: LoadedJob, facts: NodeFacts, run_id: str, resume: ResumeFrom
         master_addr=master_addr,
         envs=MappingProxyType({h: MappingProxyType(e) for h, e in envs.items()}),
         jobs=MappingProxyType(jobs),
+        training=training,
     )
 
 

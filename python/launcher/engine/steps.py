@@ -20,6 +20,7 @@ from launcher import runner as runner_module
 from launcher.engine.finish import finish
 from launcher.engine.load import load_job
 from launcher.engine.plan import RunPlan, build_plan, validate_plan
+from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.inventory import check_hosts
@@ -183,6 +184,8 @@ def _ship_and_follow(
     _write_node_files(run, plan)
     for note in facts.notes:
         print(f"note: {note}", file=out)
+    if plan.training is not None:
+        print(summary_line(plan.training), file=out)
     for warning in facts.warnings:
         print(f"warning: {warning}", file=out)
     run.update(
@@ -194,6 +197,7 @@ def _ship_and_follow(
         versions=facts.stack,
         gpus=facts.gpus,
         deepspeed=plan.deepspeed_name,
+        plan=record_of(plan.training),
         output_dir=plan.output_dir,
         warnings=facts.warnings,
         notes=facts.notes,

@@ -45,6 +45,16 @@ GIB = 1024**3
 RUNTIME_GIB = 1.3
 # Caching allocator fragmentation on activations (blocks of many sizes are freed and re-used per step).
 ACTIVATION_SLACK = 1.15
+# Without gradient checkpointing the per-layer count of layer_activation_bytes_per_token is the whole
+# peak: the measured slope over micro-batches is 0.97 of it without DeepSpeed, and 0.83 under DeepSpeed
+# (ZeRO-2), on the H200 (8B shape, micro-batch 4 and 8 without DeepSpeed, 8 with ZeRO-2;
+# bench/gpu/results/grid1/, docs/planner.md "Calibration without checkpointing"); checked out of sample on
+# 8B micro-batch 16 and 3B 4/8/16 (0.99-1.03).
+# ZeRO-3 without checkpointing peaked far higher (3B micro-batch 16: 107,249 MiB measured): 1.49 of the count,
+# fitted on that one run (bench/gpu/results/grid3/), in-sample only; every ZeRO-3 variant takes it.
+NO_CHECKPOINTING_SLACK = 0.97
+NO_CHECKPOINTING_SLACK_DEEPSPEED = 0.83
+NO_CHECKPOINTING_SLACK_ZERO3 = 1.49
 # Resident memory of one training rank on the host (python, torch with CUDA/ROCm libraries, tokenizer,
 # the tokenized dataset, dataloader).
 HOST_RANK_GIB = 4.0
@@ -222,8 +232,8 @@ def layer_activation_bytes_per_token(
     return per_token
 
 
-def activation_bytes(w: Workload) -> float:
-    """Return the activation peak of one micro-batch on one GPU."""
+def activation_bytes(w: Workload, s: Strategy | None = None) -> float:
+    """Return the activation peak of one micro-batch on one GPU (``s``: the strategy, None: no DeepSpeed)."""
     tokens = w.micro_batch * w.cutoff_len
     m = w.model
     dropout = w.lora_targets if w.finetuning == "lora" and w.lora_dropout > 0 else ()
@@ -237,9 +247,14 @@ def activation_bytes(w: Workload) -> float:
     if w.gradient_checkpointing:
         stored = tokens * m.hidden * 2 * m.layers
         body = stored + per_layer  # one layer recomputed at a time
+        return (body + logits) * ACTIVATION_SLACK
+    if s is not None and s.zero3:
+        slack = NO_CHECKPOINTING_SLACK_ZERO3
+    elif s is not None and s.is_deepspeed:
+        slack = NO_CHECKPOINTING_SLACK_DEEPSPEED
     else:
-        body = per_layer * m.layers
-    return (body + logits) * ACTIVATION_SLACK
+        slack = NO_CHECKPOINTING_SLACK
+    return (per_layer * m.layers + logits) * slack
 
 
 def _split(w: Workload, s: Strategy, c: Cluster) -> tuple[float, float, float]:
@@ -305,7 +320,7 @@ def estimate(w: Workload, s: Strategy, c: Cluster) -> Estimate:
         weights=weights,
         gradients=grads,
         optimizer=optim,
-        activations=activation_bytes(w),
+        activations=activation_bytes(w, s),
         buffers=buffers,
         runtime=runtime,
         host=_host(w, s, c),

@@ -369,6 +369,7 @@ def plan_training_from_yaml(
     accelerator: Accelerator = MI300X,
     global_batch: int | None = None,
     strategies: tuple[Strategy, ...] = SPEED_RANK,
+    margin: float = SAFETY_MARGIN,
 ) -> TrainingPlan:
     """Read the training YAML and plan it (see :func:`plan_training`)."""
     workload, accumulation = read_training_yaml(shape, train)
@@ -379,4 +380,5 @@ def plan_training_from_yaml(
         global_batch=global_batch,
         accelerator=accelerator,
         strategies=strategies,
+        margin=margin,
     )

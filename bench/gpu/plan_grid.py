@@ -1,0 +1,332 @@
+"""The planner's whole training plan against a measured grid, every run through ``python -m launcher run``.
+
+For one bench shape (bench/gpu/make_assets.py) at a global batch of ``--global-batch`` sequences x 1024 tokens
+(the YAML as written: micro-batch 2 x accumulation 8, gradient checkpointing on), runs one job spec per
+configuration with ``inventory/gpu-local`` and prints, next to the planner's prediction for the same
+configuration: steady-state tokens/s (optimizer steps 2..N, timed by bench/gpu/memhook), LLaMA-Factory's
+``effective_tokens_per_sec`` (all steps), MFU against the bf16 peak measured in the same session, and the
+highest ``nvidia-smi memory.used`` next to the memory estimate.
+
+Configurations (positional): ``auto`` (job spec ``plan: auto`` with ``deepspeed: auto``: the planner picks
+strategy and split; the record's ``plan`` says what it chose), or ``STRATEGY:MBxACC:ck|nock`` (job spec
+``plan: as_written``, the training YAML written with that split, ``deepspeed`` the planner's JSON for the
+strategy or ``none``), e.g. ``none:2x8:ck`` (the YAML's own split) or ``zero2:8x2:nock``.
+
+Usage (on the GPU machine): bench/gpu/run.sh is for gpu_strategies.py; this one runs as
+``bash bench/gpu/run_grid.sh SHAPE CONFIG ... --steps N --deadline-s S``. ``--dry-run`` writes and validates
+the job specs and prints the plan without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "gpu"))
+
+from gpu_strategies import TRAIN, dry_assets, host_mem_gib, run_launcher, smi  # noqa: E402
+from launcher.planning.dsconfig import deepspeed_config  # noqa: E402
+from launcher.planning.hardware import H200  # noqa: E402
+from launcher.planning.memory import Cluster, Strategy, Workload  # noqa: E402
+from launcher.planning.model import load_shape  # noqa: E402
+from launcher.planning.speed import model_flops_per_token  # noqa: E402
+from launcher.planning.training import Candidate, Split, TrainingPlan, plan_training_from_yaml  # noqa: E402
+
+MEMHOOK = REPO / "bench" / "gpu" / "memhook"
+PEAK_CODE = (
+    "import torch,time\n"
+    "a=torch.randn(8192,8192,device='cuda',dtype=torch.bfloat16);b=torch.randn_like(a)\n"
+    "for _ in range(3): a@b\n"
+    "torch.cuda.synchronize();t=time.time()\n"
+    "for _ in range(20): a@b\n"
+    "torch.cuda.synchronize();print(20*2*8192**3/(time.time()-t)/1e12)\n"
+)
+
+
+def parse_config(text: str) -> tuple[Strategy, Split] | None:
+    """Return the strategy and split of ``STRATEGY:MBxACC:ck|nock`` (None for ``auto``)."""
+    if text == "auto":
+        return None
+    strategy, split, ck = text.split(":")
+    micro, accumulation = (int(x) for x in split.split("x"))
+    if ck not in ("ck", "nock"):
+        raise SystemExit(f"{text}: expected ck or nock after the split")
+    return Strategy(strategy), Split(micro, accumulation, ck == "ck")
+
+
+def safe(text: str) -> str:
+    """Return a config name usable in file and job names."""
+    return text.replace(":", "_")
+
+
+def write_job(
+    config: str,
+    shape: str,
+    assets: Path,
+    jdir: Path,
+    steps: int,
+    job_s: float,
+    port: int,
+    base: dict[str, Any],
+) -> Path:
+    """Write one job spec, its training YAML and (explicit DeepSpeed strategies) the planner's JSON."""
+    jdir.mkdir(parents=True, exist_ok=True)
+    (jdir / "memhook").mkdir(exist_ok=True)
+    parsed = parse_config(config)
+    train = {**base, "model_name_or_path": str(assets / "model"), "dataset_dir": str(assets / "data")}
+    train["max_steps"] = steps
+    job: dict[str, Any] = {"name": f"grid-{shape}-{safe(config)}", "train_config": "train.yaml"}
+    if parsed is None:
+        job.update(plan="auto", deepspeed="auto")
+    else:
+        strategy, split = parsed
+        train.update(
+            per_device_train_batch_size=split.micro_batch,
+            gradient_accumulation_steps=split.accumulation,
+            disable_gradient_checkpointing=not split.checkpointing,
+        )
+        ds = deepspeed_config(strategy)
+        if ds is not None:
+            (jdir / "ds.json").write_text(json.dumps(ds, indent=1) + "\n")
+        job.update(plan="as_written", deepspeed="ds.json" if ds is not None else "none")
+    (jdir / "train.yaml").write_text(yaml.safe_dump(train, sort_keys=False))
+    job.update(
+        poll_interval_s=1,
+        master_port=port,
+        env={
+            "PYTHONPATH": f"/tmp/site:{MEMHOOK}",
+            "MIFT_MEMHOOK_DIR": str(jdir / "memhook"),
+            "MIFT_STEP_TIMES": "1",
+        },
+        timeouts={"start_s": 300, "job_s": max(30, int(job_s))},
+    )
+    path = jdir / "job.yaml"
+    path.write_text(yaml.safe_dump(job, sort_keys=False))
+    return path
+
+
+def candidate_of(plan: TrainingPlan, strategy: Strategy, split: Split) -> Candidate | None:
+    """Return the planner's candidate for one strategy and split (None: not a split of the global batch)."""
+    return next((c for c in plan.candidates if c.strategy is strategy and c.split == split), None)
+
+
+def hook_numbers(jdir: Path) -> dict[str, Any]:
+    """Return the trainer process's torch peaks and its steady-state step time (steps 2..N)."""
+    found = [json.loads(p.read_text()) for p in (jdir / "memhook").glob("*.json")]
+    worker = max(found, key=lambda d: d.get("allocated", 0), default={})
+    step_files = [[float(x) for x in p.read_text().split()] for p in (jdir / "memhook").glob("*.steps")]
+    times = max(step_files, key=len, default=[])
+    steady = (times[-1] - times[0]) / (len(times) - 1) if len(times) >= 3 else None
+    return {
+        "torch_alloc_mib": round(worker.get("allocated", 0) / 2**20) or None,
+        "torch_reserved_mib": round(worker.get("reserved", 0) / 2**20) or None,
+        "hook_steps": len(times),
+        "steady_step_s": round(steady, 4) if steady else None,
+    }
+
+
+def measure_peak_tflops() -> float:
+    """Return the bf16 matmul TFLOP/s this GPU reaches now (8192^3, mean of 20 after 3 warm-ups)."""
+    r = subprocess.run([sys.executable, "-c", PEAK_CODE], capture_output=True, text=True, check=True)
+    return float(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("shape", choices=("tiny", "3b", "8b"))
+    ap.add_argument("configs", nargs="+")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--global-batch", type=int, default=16)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/mift-grid"))
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/mift-grid/out")))
+    ap.add_argument("--deadline-s", type=float, default=540.0, help="start no run after this")
+    ap.add_argument("--run-timeout-s", type=float, default=200.0)
+    ap.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args()
+    t_start = time.time()
+    args.out.mkdir(parents=True, exist_ok=True)
+    assets = args.work / f"assets-{args.shape}"
+    base = {**TRAIN, "per_device_train_batch_size": 2, "gradient_accumulation_steps": args.global_batch // 2}
+    if args.dry_run:
+        dry_assets(assets, args.shape)
+        gpu, gpu_mem, peak = "(dry run)", 140.4, H200.peak_bf16_tflops
+    else:
+        if not (assets / "model" / "config.json").exists():
+            t0 = time.time()
+            subprocess.run(
+                [sys.executable, str(REPO / "bench/gpu/make_assets.py"), str(assets), args.shape, "128"],
+                check=True,
+            )
+            print(f"assets {args.shape}: {time.time() - t0:.0f}s", flush=True)
+        gpu = smi("name,memory.total,driver_version")
+        gpu_mem = float(gpu.split(",")[1]) / 1024
+        peak = measure_peak_tflops()
+    cluster = Cluster(nodes=1, gpus_per_node=1, gpu_mem_gib=gpu_mem, host_mem_gib=host_mem_gib())
+    shape = load_shape(assets / "model")
+    plan = plan_training_from_yaml(shape, base, cluster, accelerator=H200)
+    tokens_per_step = args.global_batch * int(base["cutoff_len"])
+    print(
+        f"shape {args.shape} ({shape.total_params() / 1e9:.2f} B params), global batch {args.global_batch} x "
+        f"{base['cutoff_len']}; GPU {gpu}; measured bf16 peak {peak:.0f} TFLOP/s\nplanner: {plan.reason()}",
+        flush=True,
+    )
+    rows: list[dict[str, Any]] = []
+    for index, config in enumerate(args.configs):
+        jdir = args.work / f"grid-{args.shape}" / safe(config)
+        left = args.deadline_s - (time.time() - t_start)
+        job = write_job(config, args.shape, assets, jdir, args.steps, left - 20, 29500 + index, base)
+        if args.dry_run:
+            check = subprocess.run(
+                [sys.executable, "-m", "launcher", "validate", str(job)],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=False,
+                env={**os.environ, "PYTHONPATH": str(REPO / "python")},
+            )
+            print(f"== {config}: validate rc {check.returncode}", flush=True)
+            continue
+        if left < 70:
+            print(f"== {config}: NOT RUN ({left:.0f}s left before the deadline)", flush=True)
+            rows.append({"config": config, "not_run": True})
+            continue
+        row = run_launcher(config, job, jdir / "runs", args.steps, min(args.run_timeout_s, left - 10))
+        row.update(hook_numbers(jdir))
+        row["config"] = config
+        record = {}
+        if row.get("run_id"):
+            record = json.loads((jdir / "runs" / row["run_id"] / "record.json").read_text())
+        row["plan_record"] = record.get("plan")
+        parsed = parse_config(config)
+        if parsed is None and record.get("plan", {}).get("choice"):
+            ch = record["plan"]["choice"]
+            parsed = (
+                Strategy(ch["strategy"]),
+                Split(ch["micro_batch"], ch["gradient_accumulation_steps"], ch["gradient_checkpointing"]),
+            )
+        cand = candidate_of(plan, *parsed) if parsed else None
+        row["ran"] = (
+            f"{parsed[0].value} mb{parsed[1].micro_batch}x{parsed[1].accumulation} "
+            f"{'ck' if parsed[1].checkpointing else 'nock'}"
+            if parsed
+            else "-"
+        )
+        row["est_gpu_mib"] = round(cand.estimate.gpu_total / 2**20) if cand else None
+        row["pred_tokens_per_s"] = round(cand.tokens_per_s) if cand else None
+        row["planner_fits"] = cand.fits if cand else None
+        if row["steady_step_s"]:
+            row["steady_tokens_per_s"] = round(tokens_per_step / row["steady_step_s"])
+            flops = model_flops_per_token(_workload(plan, parsed))
+            row["mfu"] = round(row["steady_tokens_per_s"] * flops / (peak * 1e12), 4) if parsed else None
+        rows.append(row)
+        brief = {
+            k: v for k, v in row.items() if not k.endswith("_tail") and k not in ("summary", "plan_record")
+        }
+        print(f"== {args.shape} {config}: {json.dumps(brief)}", flush=True)
+        if row["rc"] != 0:
+            print(row["launcher_out_tail"][-1200:], "\n--- trainer ---\n", row["trainer_log_tail"][-1500:])
+    if args.dry_run:
+        return
+    text = report(args, plan, rows, peak, gpu, shape.total_params())
+    print(text, flush=True)
+    stem = args.out / f"plan_grid_{args.shape}"
+    stem.with_suffix(".md").write_text(text + "\n")
+    plan_json = plan.as_json()
+    stem.with_suffix(".json").write_text(
+        json.dumps(
+            {"shape": args.shape, "gpu": gpu, "peak_tflops": peak, "plan": plan_json, "runs": rows}, indent=1
+        )
+    )
+
+
+def _workload(plan: TrainingPlan, parsed: tuple[Strategy, Split] | None) -> Workload:
+
+    split = parsed[1] if parsed else plan.as_written
+    return replace(plan.workload, micro_batch=split.micro_batch, gradient_checkpointing=split.checkpointing)
+
+
+def report(
+    args: argparse.Namespace,
+    plan: TrainingPlan,
+    rows: list[dict[str, Any]],
+    peak: float,
+    gpu: str,
+    params: int,
+) -> str:
+    """Return the table and the checks against issue #16's targets."""
+    head = (
+        "| config | ran | planner fits | est GPU MiB | peak nvidia-smi MiB | est/measured | "
+        "predicted tokens/s | steady tokens/s | MFU | effective tokens/s (all steps) | status |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    done = [r for r in rows if r.get("steady_tokens_per_s") and r.get("status") == "succeeded"]
+    for r in rows:
+        if r.get("not_run"):
+            lines.append(f"| {r['config']} | NOT RUN (deadline) |" + " |" * 9)
+            continue
+        est, peak_mib = r.get("est_gpu_mib"), r.get("peak_smi_mib")
+        ratio = f"{est / peak_mib:.2f}" if est and peak_mib else "-"
+        label = "auto (plan: auto)" if r["config"] == "auto" else r["config"]
+        eff = r.get("tokens_per_s")
+        cells = [
+            label,
+            r["ran"],
+            {True: "yes", False: "no", None: "-"}[r.get("planner_fits")],
+            str(est or "-"),
+            str(peak_mib or "-"),
+            ratio,
+            str(r.get("pred_tokens_per_s") or "-"),
+            str(r.get("steady_tokens_per_s") or "-"),
+            f"{r['mfu']:.1%}" if r.get("mfu") else "-",
+            str(round(eff)) if eff else "-",
+            f"{r.get('status')} rc {r['rc']}{' OOM' if r.get('oom') else ''}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    by = {r["config"]: r for r in done}
+    checks = []
+    best = max(done, key=lambda r: r["steady_tokens_per_s"], default=None)
+    auto, yaml_split = by.get("auto"), by.get("none:2x8:ck")
+    if auto and best:
+        share = auto["steady_tokens_per_s"] / best["steady_tokens_per_s"]
+        checks.append(
+            f"plan (auto -> {auto['ran']}) vs best measured ({best['config']}): {share:.0%} "
+            f"({'meets' if share >= 0.9 else 'MISSES'} >= 90%)"
+        )
+    if auto and yaml_split:
+        x = auto["steady_tokens_per_s"] / yaml_split["steady_tokens_per_s"]
+        checks.append(
+            f"plan vs the YAML's split (none:2x8:ck): {x:.2f}x ({'meets' if x >= 2 else 'MISSES'} >= 2x)"
+        )
+    ratios = [
+        r["est_gpu_mib"] / r["peak_smi_mib"] for r in done if r.get("est_gpu_mib") and r.get("peak_smi_mib")
+    ]
+    if ratios:
+        ok = all(0.85 <= x <= 1.15 for x in ratios)
+        checks.append(
+            f"estimate / measured peak: {min(ratios):.2f}-{max(ratios):.2f} "
+            f"({'all within' if ok else 'NOT all within'} +-15%)"
+        )
+    ooms = [r["config"] for r in rows if r.get("oom")]
+    checks.append(f"OOM: {', '.join(ooms) if ooms else 'none'}")
+    return (
+        f"shape {args.shape} ({params / 1e9:.2f} B params), LoRA r8 all, global batch {args.global_batch} x "
+        f"1024 tokens, {args.steps} optimizer steps per run, through `python -m launcher run JOB -i "
+        f"inventory/gpu-local`\nGPU: {gpu}; measured bf16 peak {peak:.0f} TFLOP/s (MFU below is against it)\n"
+        f"planner: {plan.reason()}\n\n" + "\n".join(lines) + "\n\n" + "\n".join(checks)
+    )
+
+
+if __name__ == "__main__":
+    main()
