@@ -29,7 +29,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Estimate, Strategy, Workload, estimate
 from launcher.planning.model import ModelShape, bundled_config_for, load_shape
-from launcher.planning.training import lora_targets, positive_int
+from launcher.planning.training import base_workload
 
 SAFETY_MARGIN = 0.10  # a strategy fits when estimate x (1 + margin) <= capacity
 
@@ -133,21 +133,7 @@ def make_plan(workload: Workload, cluster: Cluster, margin: float = SAFETY_MARGI
 
 def workload_from_train(shape: ModelShape, train: dict[str, Any]) -> Workload:
     """Read the memory-relevant keys of a LLaMA-Factory training YAML (with LLaMA-Factory's defaults)."""
-    finetuning = str(train.get("finetuning_type", "lora"))
-    if finetuning not in ("lora", "full", "freeze"):
-        raise ConfigurationError(f"finetuning_type: {finetuning!r}: the planner knows lora, full and freeze")
-    rank, targets = positive_int(train, "lora_rank", 8), lora_targets(train.get("lora_target", "all"))
-    if finetuning == "lora":
-        shape.lora_params(rank, targets)  # raises on a module name the model does not have
-    return Workload(
-        model=shape,
-        finetuning="lora" if finetuning == "lora" else "full",
-        lora_rank=rank,
-        lora_targets=targets,
-        micro_batch=positive_int(train, "per_device_train_batch_size", 8),  # HF TrainingArguments default
-        cutoff_len=positive_int(train, "cutoff_len", 2048),  # LLaMA-Factory default
-        gradient_checkpointing=not bool(train.get("disable_gradient_checkpointing", False)),
-    )
+    return base_workload(shape, train)
 
 
 def resolve_shape(model_dir_or_config: str | Path | None, train: dict[str, Any]) -> ModelShape:

@@ -326,12 +326,12 @@ def lora_targets(value: object) -> tuple[str, ...]:
     return tuple(n.strip() for n in names if n.strip())
 
 
-def read_training_yaml(shape: ModelShape, train: dict[str, Any]) -> tuple[Workload, int]:
-    """Return the workload and gradient accumulation a LLaMA-Factory training YAML asks for (its defaults).
+def base_workload(shape: ModelShape, train: dict[str, Any]) -> Workload:
+    """Return the memory-relevant keys of a LLaMA-Factory training YAML as a workload.
 
-    Defaults: ``finetuning_type`` lora, ``lora_rank`` 8, ``lora_target`` all, ``lora_dropout`` 0,
-    ``per_device_train_batch_size`` 8 and ``gradient_accumulation_steps`` 1 (transformers' TrainingArguments),
-    ``cutoff_len`` 2048, gradient checkpointing on, ``flash_attn`` auto (sdpa).
+    Defaults (LLaMA-Factory's): ``finetuning_type`` lora, ``lora_rank`` 8, ``lora_target`` all,
+    ``per_device_train_batch_size`` 8, ``cutoff_len`` 2048, gradient checkpointing on; attention and dropout
+    keep the workload's defaults.
     """
     finetuning = str(train.get("finetuning_type", "lora"))
     if finetuning not in ("lora", "full", "freeze"):
@@ -339,6 +339,24 @@ def read_training_yaml(shape: ModelShape, train: dict[str, Any]) -> tuple[Worklo
     rank, targets = positive_int(train, "lora_rank", 8), lora_targets(train.get("lora_target", "all"))
     if finetuning == "lora":
         shape.lora_params(rank, targets)  # raises on a module name the model does not have
+    return Workload(
+        model=shape,
+        finetuning="lora" if finetuning == "lora" else "full",
+        lora_rank=rank,
+        lora_targets=targets,
+        micro_batch=positive_int(train, "per_device_train_batch_size", 8),  # HF TrainingArguments default
+        cutoff_len=positive_int(train, "cutoff_len", 2048),  # LLaMA-Factory default
+        gradient_checkpointing=not bool(train.get("disable_gradient_checkpointing", False)),
+    )
+
+
+def read_training_yaml(shape: ModelShape, train: dict[str, Any]) -> tuple[Workload, int]:
+    """Return the workload and gradient accumulation a LLaMA-Factory training YAML asks for (its defaults).
+
+    Defaults: those of :func:`base_workload`, ``lora_dropout`` 0, ``gradient_accumulation_steps`` 1
+    (transformers' TrainingArguments), ``flash_attn`` auto (sdpa).
+    """
+    workload = base_workload(shape, train)
     attention = ATTENTION.get(str(train.get("flash_attn", "auto")))
     if attention is None:
         raise ConfigurationError(
@@ -347,17 +365,7 @@ def read_training_yaml(shape: ModelShape, train: dict[str, Any]) -> tuple[Worklo
     dropout = train.get("lora_dropout", 0.0)
     if not isinstance(dropout, int | float) or isinstance(dropout, bool) or not 0 <= dropout < 1:
         raise ConfigurationError(f"lora_dropout: expected a number in [0, 1), got {dropout!r}")
-    workload = Workload(
-        model=shape,
-        finetuning="lora" if finetuning == "lora" else "full",
-        lora_rank=rank,
-        lora_targets=targets,
-        micro_batch=positive_int(train, "per_device_train_batch_size", 8),
-        cutoff_len=positive_int(train, "cutoff_len", 2048),
-        gradient_checkpointing=not bool(train.get("disable_gradient_checkpointing", False)),
-        attention=attention,
-        lora_dropout=float(dropout),
-    )
+    workload = replace(workload, attention=attention, lora_dropout=float(dropout))
     return workload, positive_int(train, "gradient_accumulation_steps", 1)
 
 
