@@ -66,7 +66,7 @@ def render(data: dict[str, Any]) -> str:
         "Made with:",
         "",
         "```bash",
-        str(data.get("command", "pytest -m rig tests/faults")),
+        *[str(c) for c in data.get("commands") or [data.get("command", "pytest -m rig tests/faults")]],
         "python tools/fault_table.py",
         "```",
         "",

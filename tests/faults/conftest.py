@@ -11,6 +11,7 @@ end of the session the records, with each test's outcome, are written to ``FAULT
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -129,15 +130,25 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not _RECORDS:
         return
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    previous: dict[str, Any] = {}
-    if RESULTS.exists() and os.environ.get("FAULTS_MERGE", "") not in ("", "0"):
-        previous = {r["nodeid"]: r for r in json.loads(RESULTS.read_text()).get("cases", [])}
-    for nodeid, record in _RECORDS.items():
-        previous[nodeid] = {"nodeid": nodeid, **record}
-    data = {
-        "command": os.environ.get("FAULTS_COMMAND")
-        or "pytest " + " ".join(shlex.quote(str(a)) for a in session.config.invocation_params.args),
-        "finished_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "cases": list(previous.values()),
-    }
-    RESULTS.write_text(json.dumps(data, indent=2) + "\n")
+    command = os.environ.get("FAULTS_COMMAND") or "pytest " + " ".join(
+        shlex.quote(str(a)) for a in session.config.invocation_params.args
+    )
+    # sessions on two rigs side by side (CI) merge into the same file: one at a time
+    with (RESULTS.parent / (RESULTS.name + ".lock")).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        previous: dict[str, Any] = {}
+        commands: list[str] = []
+        if RESULTS.exists() and os.environ.get("FAULTS_MERGE", "") not in ("", "0"):
+            old = json.loads(RESULTS.read_text())
+            previous = {r["nodeid"]: r for r in old.get("cases", [])}
+            commands = list(old.get("commands", []))
+        for nodeid, record in _RECORDS.items():
+            previous[nodeid] = {"nodeid": nodeid, **record}
+        data = {
+            "commands": list(dict.fromkeys([*commands, command])),
+            "finished_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "cases": list(previous.values()),
+        }
+        tmp = RESULTS.with_name(RESULTS.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(RESULTS)
