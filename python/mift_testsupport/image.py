@@ -55,13 +55,13 @@ INPUT_PATHS = (
     "python/mift_testsupport/provision.py",
 )
 # applied by the suites that test them, never by the image (provision.yml imports the Slurm play only with
-# mift_slurm true): a change there must not make a new image
+# mift_slurm true; playbooks/slurm_*.yml are the launcher's): a change there must not make a new image
 NOT_INPUTS = (
-    "roles/munge",
-    "roles/slurm_config",
-    "roles/slurm_controller",
-    "roles/slurm_node",
-    "playbooks/slurm.yml",
+    "roles/munge/",
+    "roles/slurm_config/",
+    "roles/slurm_controller/",
+    "roles/slurm_node/",
+    "playbooks/slurm",
 )
 # the rig's shared state the hosts see (rebuilt by `rig setup` when its inputs change)
 RIG_STAMPS = ("base/stamp", "repo/debs/stamp", "repo/pypi/stamp", "repo/amd/.built-from")
