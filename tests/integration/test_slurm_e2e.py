@@ -10,7 +10,8 @@ Shows: Slurm provisioned (every node idle, 8 GPUs each counted); the job across 
 losses, adapter, status succeeded, the Slurm job COMPLETED); a request larger than the partition refused in
 one line before anything is submitted; a pending job showing its queue reason; killing one node's trainer
 ends the whole job (``--kill-on-bad-exit``) within 30 s as failed with Slurm's state; ``stop`` cancels a
-running job and leaves no process on any host.
+running job and leaves no process on any host; a job Slurm stops at its time limit ends failed with Slurm's
+reason.
 
     SLURM_E2E_RIG_ID=9 pytest -q tests/integration/test_slurm_e2e.py
 """
@@ -176,6 +177,19 @@ def test_killing_one_nodes_trainer_fails_the_whole_job(cluster: Cluster) -> None
     assert rec["result_reason"].startswith(f"slurm job {rec['slurm']['job_id']} FAILED"), rec["result_reason"]
     assert "host2: trainer exited rc=-9" in rec["result_reason"]
     assert ended < 60  # the launcher saw it, stopped and collected
+    assert squeue(cluster) == []
+
+
+def test_a_job_slurm_stops_at_its_time_limit_fails_with_slurms_reason(cluster: Cluster) -> None:
+    job = cluster.job("slurm-time", hosts="slurm_nodes", max_steps=100000, slurm={"time_limit": "1"})
+    t0 = time.monotonic()
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=600)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr
+    rec = cluster.record("slurm-time")
+    print(f"launcher ended {time.monotonic() - t0:.1f} s after it started: {rec['result_reason']}")
+    assert rec["status"] == "failed"
+    assert rec["result_reason"].startswith(f"slurm job {rec['slurm']['job_id']} TIMEOUT (TimeLimit")
+    cluster.wait_no_trainers(5)
     assert squeue(cluster) == []
 
 

@@ -262,13 +262,15 @@ def _ship_and_follow(
         return JOB_FAILED
     run.set_status("running")
     slurm = run.load().get("slurm")
+    master_addr = plan.master_addr
     if slurm:
         print(
             f"submitted as slurm job {slurm.get('job_id')} on {slurm.get('login_host')}", file=out, flush=True
         )
+        master_addr = "<the allocation's first node>"  # set on the nodes by the agent's slurm-step
     print(
         f"started on {len(facts.hosts)} nodes in {time.monotonic() - t_start:.1f} s "
-        f"(MASTER_ADDR={plan.master_addr} MASTER_PORT={spec.master_port} "
+        f"(MASTER_ADDR={master_addr} MASTER_PORT={spec.master_port} "
         f"NPROC_PER_NODE={facts.nproc_per_node})",
         file=out,
         flush=True,
