@@ -176,6 +176,7 @@ def test_killing_one_nodes_trainer_fails_the_whole_job(cluster: Cluster) -> None
     assert rec["status"] == "failed", rec
     assert rec["result_reason"].startswith(f"slurm job {rec['slurm']['job_id']} FAILED"), rec["result_reason"]
     assert "host2: trainer exited rc=-9" in rec["result_reason"]
+    assert "cancelled_by_launcher" not in rec["slurm"]  # Slurm ended it; the launcher's stop found it ended
     assert ended < 60  # the launcher saw it, stopped and collected
     assert squeue(cluster) == []
 

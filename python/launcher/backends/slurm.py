@@ -192,9 +192,10 @@ class SlurmBackend:
     # --- stop --------------------------------------------------------------------------------------------
     def stop(self, job: Job) -> PlaybookResult:
         """scancel the job (when it was submitted), then stop and check every node through its agent."""
-        slurm = dict(job.run.load().get("slurm") or {})
-        slurm["cancelled_by_launcher"] = True
-        job.run.update(slurm=slurm)
+        if self.last is None or self.last.state not in ENDED_BADLY | {"COMPLETED", "GONE"}:
+            slurm = dict(job.run.load().get("slurm") or {})  # the job may still run: this scancel ends it
+            slurm["cancelled_by_launcher"] = True
+            job.run.update(slurm=slurm)
         return job.runner.run(
             "slurm_stop",
             {
