@@ -8,13 +8,14 @@ missing host is named and nothing starts.
 from __future__ import annotations
 
 import configparser
+import functools
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.repo import ANSIBLE_CFG, REPO_ROOT
@@ -43,8 +44,10 @@ def _ansible_inventory() -> str:
     return str(candidate) if candidate.exists() else "ansible-inventory"
 
 
-def inventory_names(inventory: Path) -> tuple[set[str], set[str]]:
-    """Return (hosts, groups) of ``inventory``; a file Ansible cannot parse raises ConfigurationError."""
+@functools.lru_cache(maxsize=8)
+def inventory_list(inventory: Path) -> dict[str, Any]:
+    """Return ``ansible-inventory --list`` of ``inventory`` (once per process); a file Ansible cannot parse
+    raises ConfigurationError."""
     if inventory.is_file() and inventory.suffix in (".yml", ".yaml"):
         try:
             text = inventory.read_text()
@@ -80,6 +83,35 @@ def inventory_names(inventory: Path) -> tuple[set[str], set[str]]:
         lines = [ln.strip() for ln in out.stderr.splitlines() if ln.strip()]
         why = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else f"rc={out.returncode}")
         raise ConfigurationError(f"{inventory}: (file): not a usable inventory: {why}")
+    return data
+
+
+def group_members(data: dict[str, Any]) -> dict[str, list[str]]:
+    """Return group -> its hosts (direct and through child groups, inventory order) of an inventory list."""
+
+    def members(group: str, seen: frozenset[str]) -> list[str]:
+        entry = data.get(group)
+        if not isinstance(entry, dict) or group in seen:
+            return []
+        found = list(entry.get("hosts") or [])
+        for child in entry.get("children") or []:
+            found += [h for h in members(child, seen | {group}) if h not in found]
+        return found
+
+    return {g: members(g, frozenset()) for g in data if g != "_meta"}
+
+
+def inventory_var(data: dict[str, Any], name: str) -> object:
+    """Return variable ``name`` as the inventory's hosts have it (the first host that has it), or None."""
+    for hostvars in ((data.get("_meta") or {}).get("hostvars") or {}).values():
+        if isinstance(hostvars, dict) and name in hostvars:
+            return hostvars[name]
+    return None
+
+
+def inventory_names(inventory: Path) -> tuple[set[str], set[str]]:
+    """Return (hosts, groups) of ``inventory``; a file Ansible cannot parse raises ConfigurationError."""
+    data = inventory_list(inventory)
     groups = {g for g in data if g != "_meta"}
     hosts = set((data.get("_meta") or {}).get("hostvars") or {})
     for group in groups:

@@ -116,7 +116,11 @@ class Job:
         spec = self.record.get("spec", {})
         self.stop_grace_s = int(spec.get("timeouts", {}).get("stop_grace_s", 8))
         self.runner = PlaybookRunner(run.ansible_dir, inventory=Path(inventory) if inventory else None)
-        self.judge = Judge(self.hosts, float(spec.get("timeouts", {}).get("teardown_grace_s", 10)))
+        self.node_judge = Judge(self.hosts, float(spec.get("timeouts", {}).get("teardown_grace_s", 10)))
+        from launcher.backends import backend_of  # noqa: PLC0415 - the backends import this module
+
+        self.backend = backend_of(self.record)
+        self.judge = self.backend.judge(self)
 
     @property
     def base_vars(self) -> dict[str, Any]:
@@ -124,6 +128,14 @@ class Job:
         return {"mift_hosts": ",".join(self.hosts), "mift_run_id": self.run.run_id}
 
     def poll(self) -> dict[str, dict[str, Any]]:
+        """Return host -> the agent's status, through the run's backend."""
+        return self.backend.poll(self)
+
+    def stop(self) -> PlaybookResult:
+        """Stop the trainer on every node through the run's backend (not interruptible)."""
+        return self.backend.stop(self)
+
+    def poll_nodes(self) -> dict[str, dict[str, Any]]:
         """Return host -> the agent's status (``state`` unreachable or absent when it gave none)."""
         result = self.runner.run(
             "poll",
@@ -132,23 +144,10 @@ class Job:
             ident="poll",
             timeout=60,
         )
-        nodes: dict[str, dict[str, Any]] = {}
-        for host in self.hosts:
-            report = result.report(host, "status")
-            if isinstance(report, dict) and "state" in report:
-                nodes[host] = report
-            elif host in result.unreachable:
-                nodes[host] = {"state": "unreachable"}
-            elif host in result.failures and _timed_out(result.failures[host]):
-                nodes[host] = {"state": "unreachable", "error": result.failures[host]}  # poll.yml's timeout
-            elif host in result.failures:
-                nodes[host] = {"state": "absent", "error": result.failures[host]}
-            else:
-                nodes[host] = {"state": "unreachable"}
-        return nodes
+        return nodes_from(result, self.hosts)
 
-    def stop(self) -> PlaybookResult:
-        """Stop the trainer on every node (not interruptible); return the playbook result."""
+    def stop_nodes(self) -> PlaybookResult:
+        """Stop the trainer on every node through its agent (not interruptible); return the result."""
         return self.runner.run(
             "stop", {**self.base_vars, "mift_stop_grace_s": self.stop_grace_s}, cancellable=False, timeout=120
         )
@@ -217,6 +216,24 @@ class Job:
         )
         self.run.set_status(state, reason)
         return summary
+
+
+def nodes_from(result: PlaybookResult, hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """Return host -> the agent's status from a poll playbook's result (unreachable or absent when none)."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        report = result.report(host, "status")
+        if isinstance(report, dict) and "state" in report:
+            nodes[host] = report
+        elif host in result.unreachable:
+            nodes[host] = {"state": "unreachable"}
+        elif host in result.failures and _timed_out(result.failures[host]):
+            nodes[host] = {"state": "unreachable", "error": result.failures[host]}  # poll.yml's timeout
+        elif host in result.failures:
+            nodes[host] = {"state": "absent", "error": result.failures[host]}
+        else:
+            nodes[host] = {"state": "unreachable"}
+    return nodes
 
 
 def _timed_out(failure: str) -> bool:

@@ -44,6 +44,22 @@ class Timeouts(_Strict):
     teardown_grace_s: Annotated[int, Field(ge=0, le=20)] = 10
 
 
+SLURM_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
+# Slurm's --time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+SLURM_TIME_RE = r"^(?:\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2})$"
+
+
+class SlurmOptions(_Strict):
+    """How the ``slurm`` backend asks for the allocation (ignored by the ``ssh`` backend)."""
+
+    partition: Annotated[str, Field(pattern=SLURM_NAME_RE)] | None = None  # None: the cluster's default
+    account: Annotated[str, Field(pattern=SLURM_NAME_RE)] | None = None
+    # Slurm's --time (minutes, HH:MM:SS, D-HH:MM:SS ...); None: the partition's limit
+    time_limit: Annotated[str, Field(pattern=SLURM_TIME_RE)] | None = None
+    # --gpus-per-node; None: nproc_per_node when preflight found GPUs, else no GPU request
+    gpus_per_node: Annotated[int, Field(ge=0)] | None = None
+
+
 class JobSpec(_Strict):
     """A multi-node LLaMA-Factory training job."""
 
@@ -71,6 +87,7 @@ class JobSpec(_Strict):
     # None: the inventory's mift_node_venv, else /opt/mift/venv
     node_venv: str | None = None
     min_free_disk_gb: Annotated[float, Field(ge=0)] = 1.0
+    slurm: SlurmOptions = Field(default_factory=SlurmOptions)
 
     @field_validator("env")
     @classmethod

@@ -49,6 +49,13 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     lines = [f"run {record['run_id']}  {record.get('status')}  created {created}"]
     if record.get("result_reason"):
         lines.append(f"  reason: {record['result_reason']}")
+    slurm = record.get("slurm") or {}
+    if slurm.get("job_id"):
+        why = f" ({slurm['reason']})" if slurm.get("reason") else ""
+        lines.append(
+            f"  slurm: job {slurm['job_id']} {slurm.get('state', '?')}{why} "
+            f"(partition {slurm.get('partition', '?')}, login host {slurm.get('login_host', '?')})"
+        )
     hosts = record.get("hosts") or []
     nodes = record.get("nodes") or {}
     if hosts:

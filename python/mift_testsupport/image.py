@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 IMAGE = "provisioned"
+# the same provisioning on a systemd-mode host (rig images keep their mode): the suites that need services,
+# such as Slurm's daemons (tests/integration/test_slurm_e2e.py)
+IMAGE_SYSTEMD = "provisioned-systemd"
 IMAGES = RIG_HOME / "images"
 # what the image is made from: a change in any of these makes a new one
 INPUT_PATHS = (
@@ -51,6 +54,15 @@ INPUT_PATHS = (
     "tools/testhosts",
     "python/mift_testsupport/provision.py",
 )
+# applied by the suites that test them, never by the image (provision.yml imports the Slurm play only with
+# mift_slurm true; playbooks/slurm_*.yml are the launcher's): a change there must not make a new image
+NOT_INPUTS = (
+    "roles/munge/",
+    "roles/slurm_config/",
+    "roles/slurm_controller/",
+    "roles/slurm_node/",
+    "playbooks/slurm",
+)
 # the rig's shared state the hosts see (rebuilt by `rig setup` when its inputs change)
 RIG_STAMPS = ("base/stamp", "repo/debs/stamp", "repo/pypi/stamp", "repo/amd/.built-from")
 
@@ -62,7 +74,8 @@ def inputs_key() -> str:
         root = REPO_ROOT / top
         files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
         for path in files:
-            if "__pycache__" in path.parts or not path.exists():
+            rel = path.relative_to(REPO_ROOT).as_posix()
+            if "__pycache__" in path.parts or not path.exists() or rel.startswith(NOT_INPUTS):
                 continue
             digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     for stamp in RIG_STAMPS:
@@ -89,15 +102,18 @@ def _lock(name: str) -> Iterator[None]:
         yield
 
 
-def ensure_image(name: str = IMAGE, *, rig_id: int, log: Path | None = None, force: bool = False) -> float:
-    """Make image ``name`` unless it is current: ``provision.yml`` on host1 of rig ``rig_id``, then
-    ``rig image save``; the rig is taken down afterwards. Returns the seconds spent making it (0: current)."""
+def ensure_image(
+    name: str = IMAGE, *, rig_id: int, log: Path | None = None, force: bool = False, systemd: bool = False
+) -> float:
+    """Make image ``name`` unless it is current: ``provision.yml`` on host1 of rig ``rig_id`` (a systemd-mode
+    host with ``systemd``), then ``rig image save``; the rig is taken down afterwards. Returns the seconds
+    spent making it (0: current)."""
     with _lock(name):
         if is_current(name) and not force:
             return 0.0
         t0 = time.monotonic()
         _key_file(name).unlink(missing_ok=True)
-        with rig_instance(rig_id, 1) as rig:
+        with rig_instance(rig_id, 1, systemd=systemd) as rig:
             provision(rig, tiny_model(), log=log)
             rig.rig("image", "save", name, "--host", "1", timeout=900)
         _key_file(name).write_text(inputs_key() + "\n")
@@ -129,11 +145,14 @@ def make_hosts_their_own(rig: Rig) -> None:
 
 
 @contextlib.contextmanager
-def provisioned_rig(rig_id: int, hosts: int, *, name: str = IMAGE, log: Path | None = None) -> Iterator[Rig]:
-    """``hosts`` provisioned hosts of rig ``rig_id`` started from image ``name`` (made first when needed);
-    taken down (``rig down --purge``) afterwards."""
-    ensure_image(name, rig_id=rig_id, log=log)
-    with rig_instance(rig_id, hosts, image=name) as rig:
+def provisioned_rig(
+    rig_id: int, hosts: int, *, name: str = IMAGE, log: Path | None = None, systemd: bool = False
+) -> Iterator[Rig]:
+    """``hosts`` provisioned hosts of rig ``rig_id`` started from image ``name`` (made first when needed; a
+    systemd-mode image with ``systemd``, e.g. :data:`IMAGE_SYSTEMD`); taken down (``rig down --purge``)
+    afterwards."""
+    ensure_image(name, rig_id=rig_id, log=log, systemd=systemd)
+    with rig_instance(rig_id, hosts, image=name, systemd=systemd) as rig:
         make_hosts_their_own(rig)
         yield rig
 
@@ -145,10 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rig-id", type=int, default=rig_id_from_env("MIFT_IMAGE_RIG_ID", 5))
     parser.add_argument("--name", default=IMAGE)
     parser.add_argument("--force", action="store_true", help="make it even when it is current")
+    parser.add_argument("--systemd", action="store_true", help="provision a systemd-mode host")
     parser.add_argument("--log", type=Path, default=REPO_ROOT / ".cache" / "host-image" / "provision.log")
     args = parser.parse_args(argv)
     args.log.parent.mkdir(parents=True, exist_ok=True)
-    took = ensure_image(args.name, rig_id=args.rig_id, log=args.log, force=args.force)
+    took = ensure_image(args.name, rig_id=args.rig_id, log=args.log, force=args.force, systemd=args.systemd)
     if took:
         print(
             f"image {args.name}: provision.yml on rig {args.rig_id} host1, saved, in {took:.0f} s "

@@ -34,7 +34,7 @@ def test_writes_files_with_their_modes_then_execs_the_agent(tmp_path: Path) -> N
         "mift_contract.py": "X = 1\n",
         "bundle.json": '{"env": {"T": "s"}}',
     }
-    proc = _install(run_dir, files, "--grace", "8", "--wait", "30")
+    proc = _install(run_dir, files, "start", "--grace", "8", "--wait", "30")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"argv": ["start", str(run_dir), "--grace", "8", "--wait", "30"]}
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
@@ -44,13 +44,21 @@ def test_writes_files_with_their_modes_then_execs_the_agent(tmp_path: Path) -> N
 
 
 def test_agent_failure_is_the_tasks_exit_status(tmp_path: Path) -> None:
-    proc = _install(tmp_path / "r2", {"mift_agent.py": AGENT_STANDIN}, "--fail")
+    proc = _install(tmp_path / "r2", {"mift_agent.py": AGENT_STANDIN}, "start", "--fail")
     assert proc.returncode == 1 and json.loads(proc.stdout)["argv"][-1] == "--fail"
+
+
+def test_prepare_is_passed_on_and_an_unknown_command_refused(tmp_path: Path) -> None:
+    proc = _install(tmp_path / "r4", {"mift_agent.py": AGENT_STANDIN}, "prepare", "--grace", "8")
+    assert json.loads(proc.stdout) == {"argv": ["prepare", str(tmp_path / "r4"), "--grace", "8"]}
+    proc = _install(tmp_path / "r5", {"mift_agent.py": AGENT_STANDIN}, "rm")
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "mift_install: unknown agent command 'rm'"
 
 
 def test_a_path_in_a_file_name_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     run_dir = tmp_path / "r3"
-    proc = _install(run_dir, {"../escape.py": "x"})
+    proc = _install(run_dir, {"../escape.py": "x"}, "start")
     assert proc.returncode == 1
     assert proc.stderr.strip() == "mift_install: refusing file name '../escape.py'"
     assert not (tmp_path / "escape.py").exists() and not run_dir.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from launcher.exit_codes import OK, ExitCode
 
@@ -24,7 +25,7 @@ def _cmd_list(_args: argparse.Namespace) -> ExitCode:
     if not runs:
         print(f"no runs in {runs_root()}")
         return OK
-    rows = [("RUN", "STATUS", "CREATED", "NODES", "STEPS", "LOSS")]
+    rows = [("RUN", "STATUS", "BACKEND", "CREATED", "NODES", "STEPS", "LOSS")]
     for run in runs:
         rec = run.load()
         summary = rec.get("summary") or {}
@@ -33,6 +34,7 @@ def _cmd_list(_args: argparse.Namespace) -> ExitCode:
             (
                 run.run_id,
                 str(rec.get("status")),
+                _backend(rec),
                 time.strftime("%Y-%m-%d %H:%M", time.localtime(float(rec.get("created_at", 0)))),
                 str(len(rec.get("hosts") or [])),
                 f"{summary.get('steps', '-')}/{summary.get('total_steps', '-')}" if summary else "-",
@@ -43,3 +45,11 @@ def _cmd_list(_args: argparse.Namespace) -> ExitCode:
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return OK
+
+
+def _backend(record: dict[str, Any]) -> str:
+    """Return ``ssh`` or ``slurm:<job id>``."""
+    slurm = record.get("slurm") or {}
+    if record.get("backend") == "slurm":
+        return f"slurm:{slurm.get('job_id') or '-'}"
+    return str(record.get("backend") or "ssh")

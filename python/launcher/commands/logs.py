@@ -64,7 +64,7 @@ def show_logs(ref: str, *, node: str, follow: bool) -> ExitCode:
             states = [
                 ((result.report(h, "collect") or {}).get("status") or {}).get("state") for h in job.hosts
             ]
-            active = any(state in ("running", "starting") for state in states)
+            active = any(state in ("running", "starting", "queued") for state in states)
         try:
             data = (run.nodes_dir / host / "trainer.log").read_bytes()
         except OSError:

@@ -25,6 +25,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("-i", "--inventory", type=Path, help="Ansible inventory (default: the one in ansible.cfg)")
     p.add_argument("--detach", action="store_true", help="return once every trainer has started")
     p.add_argument(
+        "--backend",
+        choices=("ssh", "slurm"),
+        help="how the trainers are started: ssh (the launcher on every node) or slurm (sbatch on the login "
+        "host); default: the inventory's mift_launcher_backend, else ssh (docs/slurm.md)",
+    )
+    p.add_argument(
         "--resume",
         metavar="RUN",
         help="continue a stopped or failed run from its last checkpoint: a new run with RUN's job spec, "
@@ -43,8 +49,8 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
         if args.job is not None:
             args.parser.error("argument --resume: give RUN or a job spec, not both")
         job, inventory, resume = _resume_source(args.resume, args.inventory)
-        return run_job(job, inventory=inventory, detach=args.detach, resume=resume)
-    return run_job(args.job, inventory=args.inventory, detach=args.detach)
+        return run_job(job, inventory=inventory, detach=args.detach, resume=resume, backend=args.backend)
+    return run_job(args.job, inventory=args.inventory, detach=args.detach, backend=args.backend)
 
 
 def _resume_source(ref: str, inventory: Path | None) -> tuple[Path, Path | None, ResumeFrom]:

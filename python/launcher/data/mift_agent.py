@@ -24,6 +24,13 @@ Commands (each prints one JSON object on stdout):
 * ``start RUN_DIR``  -- double-fork a supervisor that runs the trainer in its own session and process group,
   wait until the trainer is running, return. The supervisor survives the ssh session and records the exit
   status.
+* ``prepare RUN_DIR`` -- unpack the bundle and record the run as ``queued``; start nothing (the Slurm backend:
+  Slurm starts the trainer later, through ``slurm-step``).
+* ``slurm-step RUN_DIR [--grace S]`` -- run by ``srun``, one task per node: take ``NODE_RANK`` from
+  ``SLURM_NODEID``, ``NNODES`` and ``MASTER_ADDR`` from the allocation, then supervise the trainer in the
+  foreground (the same supervisor and files as ``start``); exit non-zero when the trainer did, so that
+  ``srun --kill-on-bad-exit`` ends the job. SIGTERM (scancel, a time limit, another node's failure) stops the
+  trainer and records the run as stopped.
 * ``status RUN_DIR`` -- state, liveness, rc, the last trainer_log.jsonl entry, which expected outputs exist.
 * ``collect RUN_DIR`` -- the status, the output files, and ``collect.tar.gz`` (logs, state, metrics) to fetch.
 * ``stop RUN_DIR [--grace S]`` -- SIGTERM the trainer's process group and every process carrying the run's
@@ -321,16 +328,90 @@ def mark_latest(run_dir: Path, job: dict[str, Any]) -> str | None:
     return tags[0]
 
 
-def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
-    """Start the trainer through a detached supervisor; return once it runs (or ended)."""
+def _unpacked_job(run_dir: Path) -> tuple[dict[str, Any], str]:
+    """Unpack the bundle; return the run's job (mift_contract.Job) and '' or ({}, why it is unusable)."""
     bad = unpack_bundle(run_dir)
     if bad:
-        return {"ok": False, "error": f"{run_dir}/{bad}"}
+        return {}, f"{run_dir}/{bad}"
     try:
         job: dict[str, Any] = dict(contract.job_from(_read_json(run_dir / contract.JOB_FILE)))
     except contract.ContractError as err:
-        return {"ok": False, "error": f"{run_dir}/{err}"}
+        return {}, f"{run_dir}/{err}"
     mark_latest(run_dir, job)
+    return job, ""
+
+
+def cmd_prepare(run_dir: Path) -> dict[str, Any]:
+    """Unpack the bundle and record the run as queued; the trainer is started later by ``slurm-step``."""
+    job, bad = _unpacked_job(run_dir)
+    if bad:
+        return {"ok": False, "error": bad}
+    state = _read_json(run_dir / STATE_FILE)
+    if state.get("state") == "queued":
+        return {"ok": True, "changed": False, **state}
+    state = {"state": "queued", "queued_at": _now(), "node_rank": job.get("node_rank")}
+    _write_json(run_dir / STATE_FILE, state)
+    return {"ok": True, "changed": True, **state}
+
+
+# Slurm's GPU binding of the step, passed to the trainer unless the job's environment sets them itself
+SLURM_GPU_ENV = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+
+
+def slurm_nodes(nodelist: str) -> list[str]:
+    """Return the node names of a Slurm node list (``scontrol show hostnames``), in allocation order."""
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True, timeout=30
+    )
+    return out.stdout.split()
+
+
+def slurm_placement(environ: dict[str, str], nodes: list[str]) -> dict[str, str]:
+    """Return the environment a Slurm task sets for its trainer: rank, node count, master, GPU binding."""
+    placed = {
+        "NODE_RANK": environ["SLURM_NODEID"],
+        "NNODES": str(len(nodes)),
+        "MASTER_ADDR": nodes[0],
+    }
+    placed.update({k: environ[k] for k in SLURM_GPU_ENV if k in environ})
+    return placed
+
+
+def cmd_slurm_step(run_dir: Path, grace: float) -> dict[str, Any]:
+    """Run this node's trainer as one task of a Slurm step (foreground); return how it ended."""
+    job = _read_json(run_dir / contract.JOB_FILE)
+    if not job.get("run_id"):
+        return {"ok": False, "error": f"{run_dir}/{contract.JOB_FILE}: no job here (not prepared)"}
+    env = _read_json(run_dir / contract.ENV_FILE)
+    placed = slurm_placement(dict(os.environ), slurm_nodes(os.environ["SLURM_JOB_NODELIST"]))
+    env.update({k: v for k, v in placed.items() if k not in SLURM_GPU_ENV or k not in env})
+    _write_json(run_dir / contract.ENV_FILE, env, 0o600)
+    job["node_rank"] = int(placed["NODE_RANK"])
+    _write_json(run_dir / contract.JOB_FILE, job, 0o600)
+    for name in (STATE_FILE, "rc", "trainer.pid", "stop_requested"):
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / name).unlink()
+    key = agent_key(str(job["run_id"]), run_dir)
+
+    def on_term(signum: int, _frame: object) -> None:
+        # scancel, a time limit or another node's failure (--kill-on-bad-exit): stop the trainer; the
+        # supervisor's wait then returns and records the run as stopped
+        (run_dir / "stop_requested").write_text(f"{_now()} slurm {signal.Signals(signum).name}\n")
+        state = _read_json(run_dir / STATE_FILE)
+        sweep(state.get("pid"), key, grace)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    _supervise(run_dir, job, grace)
+    state = _read_json(run_dir / STATE_FILE)
+    return {"ok": state.get("rc") == 0, **state}
+
+
+def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
+    """Start the trainer through a detached supervisor; return once it runs (or ended)."""
+    job, bad = _unpacked_job(run_dir)
+    if bad:
+        return {"ok": False, "error": bad}
     state = _read_json(run_dir / STATE_FILE)
     if state.get("state") in ("running", "starting") and _alive(state.get("supervisor_pid")):
         return {"ok": True, "changed": False, **state}
@@ -463,7 +544,7 @@ def cmd_stop(run_dir: Path, grace: float) -> dict[str, Any]:
 
 COLLECT_ARCHIVE = "collect.tar.gz"
 # what the launcher fetches from a node run directory and from its output_dir (small files only)
-COLLECT_RUN_FILES = ("trainer.log", STATE_FILE, "job.json", "rc")
+COLLECT_RUN_FILES = ("trainer.log", STATE_FILE, "job.json", "rc", "slurm.out")
 COLLECT_OUTPUT_FILES = ("trainer_log.jsonl", "all_results.json", "train_results.json", "adapter_config.json")
 
 
@@ -490,7 +571,7 @@ def cmd_collect(run_dir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the command, print its JSON result."""
     parser = argparse.ArgumentParser(prog="mift_agent.py", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("start", "status", "stop", "collect"))
+    parser.add_argument("command", choices=("start", "prepare", "slurm-step", "status", "stop", "collect"))
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument(
@@ -504,6 +585,10 @@ def main(argv: list[str] | None = None) -> int:
     result: Any
     if args.command == "start":
         result = cmd_start(run_dir, args.grace, args.wait)
+    elif args.command == "prepare":
+        result = cmd_prepare(run_dir)
+    elif args.command == "slurm-step":
+        result = cmd_slurm_step(run_dir, args.grace)
     elif args.command == "status":
         result = {"ok": True, **cmd_status(run_dir)}
     elif args.command == "collect":

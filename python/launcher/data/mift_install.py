@@ -1,11 +1,12 @@
 """Node side of the launch playbook: write the node agent and the run's bundle, then start the trainer.
 
-Run as ``python3 -c "<this file>" RUN_DIR [AGENT_START_ARGS...]`` with one JSON object on stdin: file name ->
-text (``mift_agent.py``, ``mift_contract.py``, ``mift_probe.py``, ``bundle.json``). The run directory is made
-0700; ``*.py`` files are written 0700, every other file 0600 (the bundle holds the environment, which may hold
-tokens). Then ``mift_agent.py start RUN_DIR ARGS`` replaces this process: its JSON answer and exit status are
-the task's. One task, one ssh round trip per node, instead of a directory, three copies and a command.
-Standard library only.
+Run as ``python3 -c "<this file>" RUN_DIR COMMAND [AGENT_ARGS...]`` (COMMAND: ``start``, or ``prepare``
+for the Slurm backend, which starts the trainer later through ``srun``) with one JSON object on stdin: file
+name -> text (``mift_agent.py``, ``mift_contract.py``, ``mift_probe.py``, ``bundle.json``). The run
+directory is made 0700; ``*.py`` files are written 0700, every other file 0600 (the bundle holds the
+environment, which may hold tokens). Then ``mift_agent.py COMMAND RUN_DIR ARGS`` replaces this process: its
+JSON answer and exit status are the task's. One task, one ssh round trip per node, instead of a directory,
+three copies and a command. Standard library only.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ def install(run_dir: Path, files: dict[str, str]) -> None:
 
 
 def main() -> None:
-    """Install from stdin, then exec the agent's ``start``."""
+    """Install from stdin, then exec the agent's COMMAND (``start`` or ``prepare``)."""
     run_dir = Path(sys.argv[1])
     install(run_dir, json.load(sys.stdin))
     agent = str(run_dir / "mift_agent.py")
     # the agent replaces this process (no shell: argv as given)
-    os.execv(sys.executable, [sys.executable, agent, "start", str(run_dir), *sys.argv[2:]])  # noqa: S606
+    command = sys.argv[2]
+    if command not in ("start", "prepare"):
+        raise SystemExit(f"mift_install: unknown agent command {command!r}")
+    os.execv(sys.executable, [sys.executable, agent, command, str(run_dir), *sys.argv[3:]])  # noqa: S606
 
 
 main()

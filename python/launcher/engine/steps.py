@@ -14,9 +14,10 @@ import signal
 import sys
 import threading
 import time
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from launcher import runner as runner_module
+from launcher.backends import backend_of
 from launcher.engine.finish import finish
 from launcher.engine.load import load_job
 from launcher.engine.plan import RunPlan, build_plan, validate_plan
@@ -90,6 +91,27 @@ def load_and_check(job_path: Path, inventory: Path | None) -> LoadedJob:
     return job
 
 
+def choose_backend(name: str | None, inventory: Path | None, where: Path) -> dict[str, Any]:
+    """Return the run record's backend fields: ``--backend``, else the inventory's ``mift_launcher_backend``,
+    else ssh; for slurm also the login host (bad input raises ConfigurationError, one line)."""
+    from launcher.backends import BACKEND_VAR, BACKENDS, DEFAULT_BACKEND  # noqa: PLC0415
+    from launcher.inventory import default_inventory, group_members, inventory_list, inventory_var  # noqa: PLC0415
+
+    inv = inventory or default_inventory()
+    data = inventory_list(inv) if inv is not None and inv.exists() else {}
+    chosen = name or inventory_var(data, BACKEND_VAR) or DEFAULT_BACKEND
+    if chosen not in BACKENDS:
+        raise ConfigurationError(
+            f"{inv}: {BACKEND_VAR}: {chosen!r} is not a backend (choose from {', '.join(BACKENDS)})"
+        )
+    if chosen != "slurm":
+        return {"backend": chosen}
+    from launcher.backends.slurm import LOGIN_VAR, login_host  # noqa: PLC0415
+
+    login = login_host({LOGIN_VAR: inventory_var(data, LOGIN_VAR)}, group_members(data), str(where))
+    return {"backend": "slurm", "slurm": {"login_host": login}}
+
+
 def run_job(
     job_path: Path,
     *,
@@ -97,6 +119,7 @@ def run_job(
     detach: bool,
     out: IO[str] | None = None,
     resume: ResumeFrom | None = None,
+    backend: str | None = None,
 ) -> ExitCode:
     """Run a job end to end; return 0 on success, 1 when it failed or was stopped (2 raised as bad input)."""
     out = out or sys.stdout
@@ -105,6 +128,7 @@ def run_job(
         raise ConfigurationError.at(inventory or inv, "(file)", "inventory not found", "file")
     job = load_and_check(job_path, inv)
     spec = job.spec
+    backend_fields = choose_backend(backend, inv, job_path)
     run_id = new_run_id(spec.name)
     interrupted = threading.Event()
     with interrupt_guard(interrupted):
@@ -120,6 +144,7 @@ def run_job(
                 "launcher_pid": os.getpid(),
                 "detached": detach,
                 **({"resumed_from": resume.run_id} if resume else {}),
+                **backend_fields,
             },
         )
         print(f"run {run_id}: {run.path}", file=out, flush=True)
@@ -205,9 +230,12 @@ def _ship_and_follow(
     )
     run.set_status("starting")
     t_start = time.monotonic()
+    backend = backend_of(run.load())
     try:
-        launch = runner.run(
-            "launch",
+        launch = backend.start(
+            runner,
+            run,
+            plan,
             {
                 "mift_hosts": ",".join(facts.hosts),
                 "mift_run_id": run.run_id,
@@ -216,8 +244,10 @@ def _ship_and_follow(
                 "mift_stop_grace_s": spec.timeouts.stop_grace_s,
                 "mift_start_wait_s": 30,
             },
-            timeout=spec.timeouts.start_s,
         )
+    except LauncherError as err:  # the scheduler refused the request before anything was submitted
+        run.set_status("rejected", str(err))
+        raise
     finally:
         _remove_bundles(run)
     job = Job(run)
@@ -231,9 +261,16 @@ def _ship_and_follow(
         finish(job, verdict, out=out, announce=True)
         return JOB_FAILED
     run.set_status("running")
+    slurm = run.load().get("slurm")
+    master_addr = plan.master_addr
+    if slurm:
+        print(
+            f"submitted as slurm job {slurm.get('job_id')} on {slurm.get('login_host')}", file=out, flush=True
+        )
+        master_addr = "<the allocation's first node>"  # set on the nodes by the agent's slurm-step
     print(
         f"started on {len(facts.hosts)} nodes in {time.monotonic() - t_start:.1f} s "
-        f"(MASTER_ADDR={plan.master_addr} MASTER_PORT={spec.master_port} "
+        f"(MASTER_ADDR={master_addr} MASTER_PORT={spec.master_port} "
         f"NPROC_PER_NODE={facts.nproc_per_node})",
         file=out,
         flush=True,

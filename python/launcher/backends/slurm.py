@@ -1,0 +1,222 @@
+"""The ``slurm`` backend: the same run handed to Slurm.
+
+Start: check the request against the partition (``sinfo`` on the login host; one line and nothing
+submitted when it cannot fit), give every node the agent and its bundle without starting anything
+(launch.yml with the agent's ``prepare``), then ``sbatch`` on the login host (playbooks/slurm_submit.yml):
+one task per node, each ``mift_agent.py slurm-step`` under ``srun --kill-on-bad-exit=1``, with
+``NODE_RANK`` from ``SLURM_NODEID`` and ``MASTER_ADDR`` from the allocation (the agent sets them).
+Poll: the nodes' agents (as ssh) and ``scontrol show job`` on the login host (playbooks/slurm_poll.yml);
+Slurm's job state decides how the run ended. Stop: ``scancel``, then the agent's stop on every node
+(playbooks/slurm_stop.yml), which checks that nothing is left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from launcher.backends.slurm_script import (
+    ENDED_BADLY,
+    Allocation,
+    SlurmJob,
+    check_request,
+    parse_sinfo,
+    sbatch_script,
+)
+from launcher.exceptions import ConfigurationError
+from launcher.job import Verdict, nodes_from
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from launcher.engine.plan import RunPlan
+    from launcher.job import Job
+    from launcher.runner import PlaybookResult, PlaybookRunner
+    from launcher.runs import RunDir
+
+NODE_RUNS_ROOT = "/var/lib/mift/runs"
+# the inventory variable naming the host where sbatch, scontrol and scancel run, else the first host of:
+LOGIN_VAR = "mift_slurm_login_host"
+LOGIN_GROUPS = ("slurm_login", "slurm_controller")
+POLL_TIMEOUT_S = 8
+
+
+def login_host(inventory_vars: Mapping[str, Any], groups: Mapping[str, list[str]], where: str) -> str:
+    """Return the login host from the inventory (``mift_slurm_login_host``, else the first host of
+    ``slurm_login`` or ``slurm_controller``); raise ConfigurationError when there is none."""
+    named = inventory_vars.get(LOGIN_VAR)
+    if isinstance(named, str) and named:
+        return named
+    for group in LOGIN_GROUPS:
+        if groups.get(group):
+            return groups[group][0]
+    raise ConfigurationError(
+        f"{where}: backend slurm: no login host (set {LOGIN_VAR} or put one host in group "
+        f"{' or '.join(LOGIN_GROUPS)})"
+    )
+
+
+class SlurmBackend:
+    """Submit with sbatch, follow with scontrol and the node agents, stop with scancel."""
+
+    name = "slurm"
+
+    def __init__(self, login: str, job_id: str | None = None) -> None:
+        self.login = login
+        self.job_id = job_id
+        self.last: SlurmJob | None = None
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> SlurmBackend:
+        """Return the backend of a recorded run (its login host and Slurm job id)."""
+        slurm = record.get("slurm") or {}
+        return cls(str(slurm.get("login_host") or ""), slurm.get("job_id"))
+
+    # --- start -------------------------------------------------------------------------------------------
+    def allocation(self, plan: RunPlan) -> Allocation:
+        """Return what the batch script asks for."""
+        spec, facts = plan.spec, plan.facts
+        gpus = spec.slurm.gpus_per_node
+        if gpus is None:
+            gpus = facts.nproc_per_node if facts.gpus else 0
+        return Allocation(
+            run_id=plan.run_id,
+            run_dir=f"{NODE_RUNS_ROOT}/{plan.run_id}",
+            nodes=tuple(facts.hosts),
+            gpus_per_node=int(gpus),
+            stop_grace_s=spec.timeouts.stop_grace_s,
+            options=spec.slurm,
+        )
+
+    def check(self, runner: PlaybookRunner, alloc: Allocation, where: str) -> str:
+        """Ask sinfo on the login host; raise ConfigurationError (one line) when the request cannot fit.
+        Returns the partition's name."""
+        probe = runner.run("slurm_probe", {"mift_slurm_login": self.login}, timeout=120)
+        answer = probe.report(self.login, "sinfo") or {}
+        if not probe.ok or not isinstance(answer, dict) or answer.get("rc") != 0:
+            why = probe.failures.get(self.login) or (answer or {}).get("stderr") or f"rc={probe.rc}"
+            raise ConfigurationError(f"{self.login}: sinfo failed: {str(why).strip().splitlines()[-1]}")
+        partitions = parse_sinfo(str(answer.get("stdout", "")))
+        return check_request(partitions, alloc.options, len(alloc.nodes), alloc.gpus_per_node, where).name
+
+    def start(
+        self, runner: PlaybookRunner, run: RunDir, plan: RunPlan, launch_vars: Mapping[str, Any]
+    ) -> PlaybookResult:
+        """Check the partition, prepare every node, submit; return the nodes' and the login host's results."""
+        alloc = self.allocation(plan)
+        partition = self.check(runner, alloc, str(run.load().get("spec_path", plan.run_id)))
+        prepared = runner.run(
+            "launch", {**launch_vars, "mift_agent_command": "prepare"}, timeout=plan.spec.timeouts.start_s
+        )
+        if not prepared.ok:
+            return prepared
+        script = sbatch_script(alloc)
+        (run.path / "job.sbatch").write_text(script)
+        submitted = runner.run(
+            "slurm_submit",
+            {"mift_slurm_login": self.login, "mift_run_id": plan.run_id, "mift_sbatch_script": script},
+            cancellable=False,  # a submitted job must be known, so that stop can cancel it
+            timeout=120,
+        )
+        answer = submitted.report(self.login, "submit") or {}
+        self.job_id = str(answer.get("job_id") or "") or None
+        run.update(
+            slurm={
+                "login_host": self.login,
+                "job_id": self.job_id,
+                "partition": partition,
+                "gpus_per_node": alloc.gpus_per_node,
+                "state": "SUBMITTED" if self.job_id else "NOT SUBMITTED",
+            }
+        )
+        failures = dict(submitted.failures)
+        if not self.job_id and not failures:
+            failures[self.login] = f"sbatch: {str(answer.get('stderr') or 'no job id').strip()}"
+        return dataclasses.replace(
+            prepared,
+            rc=submitted.rc if failures else prepared.rc,
+            failures={**prepared.failures, **failures},
+        )
+
+    # --- poll --------------------------------------------------------------------------------------------
+    def poll(self, job: Job) -> dict[str, dict[str, Any]]:
+        """Ask the node agents and slurmctld; a queued job shows its reason as every node's state."""
+        result = job.runner.run(
+            "slurm_poll",
+            {
+                **job.base_vars,
+                "mift_poll_timeout_s": POLL_TIMEOUT_S,
+                "mift_slurm_login": self.login,
+                "mift_slurm_job_id": self.job_id or "",
+            },
+            keep_events=False,
+            ident="poll",
+            timeout=60,
+        )
+        nodes = nodes_from(result, job.hosts)
+        answer = result.report(self.login, "slurm")
+        if isinstance(answer, dict):
+            self.last = SlurmJob.from_scontrol(
+                str(self.job_id),
+                int(answer.get("rc", 1)),
+                str(answer.get("stdout", "")),
+                str(answer.get("stderr", "")),
+            )
+        else:
+            self.last = SlurmJob(str(self.job_id), "UNKNOWN", f"{self.login}: no answer")
+        slurm = dict(job.run.load().get("slurm") or {})
+        slurm.update(state=self.last.state, reason=self.last.reason, exit_code=self.last.exit_code)
+        job.run.update(slurm=slurm)
+        if self.last.state in ("PENDING", "CONFIGURING"):
+            shown = f"pending({self.last.reason})" if self.last.reason else "pending"
+            nodes = {h: {**n, "state": shown} for h, n in nodes.items()}
+        return nodes
+
+    def judge(self, job: Job) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+        """Slurm's job state decides; the nodes say which trainer failed first, and whether a completed
+        job left its outputs."""
+
+        def verdict(nodes: dict[str, dict[str, Any]]) -> Verdict:
+            last = self.last
+            if last is None or last.state not in ENDED_BADLY | {"COMPLETED", "GONE"}:
+                return Verdict("running")
+            if last.state == "COMPLETED":
+                return job.node_judge(nodes)
+            if last.state == "CANCELLED" and (job.run.load().get("slurm") or {}).get("cancelled_by_launcher"):
+                return Verdict("stopped", f"{last.describe()}: cancelled by `launcher stop`")
+            first = first_failure(nodes)
+            return Verdict("failed", last.describe() + (f"; first failure: {first}" if first else ""))
+
+        return verdict
+
+    # --- stop --------------------------------------------------------------------------------------------
+    def stop(self, job: Job) -> PlaybookResult:
+        """scancel the job (when it was submitted), then stop and check every node through its agent."""
+        if self.last is None or self.last.state not in ENDED_BADLY | {"COMPLETED", "GONE"}:
+            slurm = dict(job.run.load().get("slurm") or {})  # the job may still run: this scancel ends it
+            slurm["cancelled_by_launcher"] = True
+            job.run.update(slurm=slurm)
+        return job.runner.run(
+            "slurm_stop",
+            {
+                **job.base_vars,
+                "mift_stop_grace_s": job.stop_grace_s,
+                "mift_slurm_login": self.login,
+                "mift_slurm_job_id": self.job_id or "",
+            },
+            cancellable=False,
+            timeout=180,
+        )
+
+
+def first_failure(nodes: Mapping[str, Mapping[str, Any]]) -> str:
+    """Return ``host: trainer exited rc=N`` for the node whose trainer failed first ('' when none did)."""
+    failed = [
+        (float(n.get("ended_at") or 0), h, n.get("rc"))
+        for h, n in nodes.items()
+        if n.get("state") == "failed" and n.get("rc") not in (0, None)
+    ]
+    if not failed:
+        return ""
+    _, host, rc = min(failed)
+    return f"{host}: trainer exited rc={rc}"

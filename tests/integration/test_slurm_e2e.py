@@ -1,0 +1,220 @@
+"""The launcher's slurm backend end to end: Slurm provisioned on 3 systemd-mode test hosts (host3 the head,
+host1 and host2 the nodes), then the tiny ZeRO-3 job through ``sbatch``/``srun``.
+
+The hosts start from the systemd-mode provisioned host image (``mift_testsupport.image``, image
+``provisioned-systemd``: ``provision.yml`` once, kept); only ``playbooks/slurm.yml`` runs here. The test hosts
+have no GPU device nodes: empty files stand in for the render nodes gres.conf names (TEST DOUBLE, as in
+molecule ``slurm``).
+
+Shows: Slurm provisioned (every node idle, 8 GPUs each counted); the job across 2 nodes (world size 2,
+losses, adapter, status succeeded, the Slurm job COMPLETED); a request larger than the partition refused in
+one line before anything is submitted; a pending job showing its queue reason; killing one node's trainer
+ends the whole job (``--kill-on-bad-exit``) within 30 s as failed with Slurm's state; ``stop`` cancels a
+running job and leaves no process on any host; a job Slurm stops at its time limit ends failed with Slurm's
+reason.
+
+    SLURM_E2E_RIG_ID=9 pytest -q tests/integration/test_slurm_e2e.py
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+import yaml
+
+from mift_testsupport.cluster import Cluster
+from mift_testsupport.fixtures import rig_ready_or_skip
+from mift_testsupport.image import IMAGE_SYSTEMD, provisioned_rig
+from mift_testsupport.launcher import finish
+from mift_testsupport.paths import REPO_ROOT
+from mift_testsupport.rig import rig_id_from_env
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+RIG_ID = rig_id_from_env("SLURM_E2E_RIG_ID", 9)
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+NODES = (1, 2)
+HEAD = 3
+# TEST DOUBLE device files for the 8 GPUs of the mi300x profile (gpu_verify's fact says 8)
+GPU_STANDINS = "mkdir -p /dev/dri && for i in $(seq 128 135); do : > /dev/dri/renderD$i; done"
+
+
+def slurm_inventory(rig_inventory: Path, folder: Path) -> Path:
+    """An inventory folder: the rig's hosts, plus the Slurm groups and the test-host switches."""
+    folder.mkdir()
+    (folder / "rig.yml").symlink_to(rig_inventory)
+    groups = {
+        "all": {
+            "vars": {
+                "mift_launcher_backend": "slurm",
+                "slurm_node_gpu_detect": "files",
+                "slurm_config_proctrack_type": "proctrack/linuxproc",
+                "slurm_config_task_plugin": "task/none",
+                "munge_key_src": str(folder.parent / "munge.key"),
+            },
+            "children": {
+                "slurm_controller": {"hosts": {f"host{HEAD}": {}}},
+                "slurm_nodes": {"hosts": {f"host{i}": {} for i in NODES}},
+            },
+        }
+    }
+    (folder / "slurm.yml").write_text(yaml.safe_dump(groups, sort_keys=False))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """3 hosts of rig ``SLURM_E2E_RIG_ID`` (9) from the systemd-mode image, Slurm provisioned on them."""
+    rig_ready_or_skip(systemd=True)
+    work = tmp_path_factory.mktemp("slurm-e2e")
+    with provisioned_rig(RIG_ID, 3, name=IMAGE_SYSTEMD, systemd=True, log=work / "image.log") as rig:
+        c = Cluster(rig, work)
+        c.inventory = slurm_inventory(rig.inventory, work / "inventory")
+        for host in NODES:
+            rig.ssh(host, GPU_STANDINS)
+        t0 = time.monotonic()
+        out = rig.playbook(REPO_ROOT / "playbooks" / "slurm.yml", "-i", str(c.inventory), timeout=1200)
+        (work / "slurm-play.log").write_text(out.stdout + out.stderr)
+        assert out.returncode == 0, out.stdout[-6000:]
+        print(f"playbooks/slurm.yml on 3 hosts: {time.monotonic() - t0:.1f} s")
+        yield c
+
+
+def squeue(cluster: Cluster) -> list[str]:
+    return cluster.ssh(HEAD, "squeue --noheader --format='%i %T %R'").splitlines()
+
+
+def test_slurm_is_provisioned(cluster: Cluster) -> None:
+    sinfo = cluster.ssh(HEAD, "sinfo --noheader --Node --format='%N %P %t %G'").split("\n")
+    print("\n".join(sinfo))
+    assert sorted(x for x in sinfo if x) == ["host1 mift* idle gpu:mi300x:8", "host2 mift* idle gpu:mi300x:8"]
+
+
+def test_tiny_zero3_across_two_nodes_through_slurm(cluster: Cluster) -> None:
+    job = cluster.job("slurm-z3", hosts="slurm_nodes", slurm={"gpus_per_node": 1, "time_limit": "15:00"})
+    t0 = time.monotonic()
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory))
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    print(out.stdout[-2500:])
+    print(f"launcher run (slurm backend): {took:.1f} s")
+    rec = cluster.record("slurm-z3")
+    run = cluster.run_dir("slurm-z3")
+    assert rec["backend"] == "slurm" and rec["status"] == "succeeded"
+    assert rec["slurm"]["state"] == "COMPLETED" and rec["slurm"]["login_host"] == f"host{HEAD}"
+    assert rec["summary"]["world_size"] == 2, rec["nodes"]
+    losses = [json.loads(line).get("loss") for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x for x in losses if isinstance(x, float)], losses
+    assert any(p.endswith("adapter_model.safetensors") for p in rec["outputs"]["host1"])
+    assert (run / "loss.png").stat().st_size > 1000
+    script = (run / "job.sbatch").read_text()
+    assert "#SBATCH --gpus-per-node=1" in script and "--kill-on-bad-exit=1" in script
+    # the same environment as the ssh backend, rank and master from the allocation
+    env2 = json.loads(cluster.ssh(2, f"cat /var/lib/mift/runs/{rec['run_id']}/env.json"))
+    assert (env2["NODE_RANK"], env2["NNODES"], env2["MASTER_ADDR"]) == ("1", "2", "host1")
+    assert env2["FORCE_TORCHRUN"] == "1"
+    status = cluster.run("status", rec["run_id"])
+    assert status.returncode == 0 and "succeeded" in status.stdout and "COMPLETED" in status.stdout
+    listing = cluster.run("list")
+    assert f"slurm:{rec['slurm']['job_id']}" in listing.stdout
+
+
+def test_a_request_larger_than_the_partition_is_refused_before_submitting(cluster: Cluster) -> None:
+    before = cluster.ssh(HEAD, "scontrol show config | grep -i '^NEXT_JOB_ID' || true")
+    job = cluster.job("slurm-big", hosts="slurm_nodes", slurm={"gpus_per_node": 9})
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory))
+    errors = [line for line in out.stderr.splitlines() if line.strip()]
+    print(errors)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert len(errors) == 1
+    assert "slurm.gpus_per_node: the job asks for 9 GPUs per node, partition 'mift' has 8" in errors[0]
+    assert cluster.ssh(HEAD, "scontrol show config | grep -i '^NEXT_JOB_ID' || true") == before
+    assert cluster.record("slurm-big")["status"] == "rejected"
+
+
+def test_a_pending_job_shows_its_queue_reason_then_stop_cancels_it(cluster: Cluster) -> None:
+    blocker = cluster.ssh(HEAD, "sbatch --parsable --nodes=2 --exclusive --wrap 'sleep 600'").strip()
+    try:
+        job = cluster.job("slurm-queued", hosts="slurm_nodes", max_steps=2000)
+        out = cluster.run("run", str(job), "-i", str(cluster.inventory), "--detach")
+        assert out.returncode == 0, out.stdout + out.stderr
+        run_id = cluster.record("slurm-queued")["run_id"]
+        status = cluster.run("status", run_id)
+        print(status.stdout)
+        assert "PENDING" in status.stdout and "pending(" in status.stdout, status.stdout
+        stop = cluster.run("stop", run_id)
+        assert stop.returncode == 0, stop.stdout + stop.stderr
+        assert cluster.record("slurm-queued")["status"] == "stopped"
+    finally:
+        cluster.ssh(HEAD, f"scancel {blocker}", check=False)
+    cluster.wait_no_trainers(30)
+
+
+def test_killing_one_nodes_trainer_fails_the_whole_job(cluster: Cluster) -> None:
+    proc, log = cluster.start(
+        "run",
+        str(cluster.job("slurm-kill", hosts="slurm_nodes", max_steps=2000)),
+        "-i",
+        str(cluster.inventory),
+    )
+    run_id = cluster.wait_step(cluster.run_id_of("slurm-kill"), proc)
+    pid = json.loads(cluster.ssh(2, f"cat /var/lib/mift/runs/{run_id}/state.json"))["pid"]
+    t0 = time.monotonic()
+    cluster.ssh(2, f"kill -9 -- -{pid}")  # host2's trainer, its whole process group
+    took = cluster.wait_no_trainers(30, since=t0)
+    out = finish(proc, log)
+    ended = time.monotonic() - t0
+    assert proc.returncode == 1, out
+    rec = cluster.record("slurm-kill")
+    print(f"no trainer left {took:.1f} s after the kill; launcher ended after {ended:.1f} s")
+    print(rec["result_reason"])
+    assert rec["status"] == "failed", rec
+    assert rec["result_reason"].startswith(f"slurm job {rec['slurm']['job_id']} FAILED"), rec["result_reason"]
+    assert "host2: trainer exited rc=-9" in rec["result_reason"]
+    assert "cancelled_by_launcher" not in rec["slurm"]  # Slurm ended it; the launcher's stop found it ended
+    assert ended < 60  # the launcher saw it, stopped and collected
+    assert squeue(cluster) == []
+
+
+def test_a_job_slurm_stops_at_its_time_limit_fails_with_slurms_reason(cluster: Cluster) -> None:
+    job = cluster.job("slurm-time", hosts="slurm_nodes", max_steps=100000, slurm={"time_limit": "1"})
+    t0 = time.monotonic()
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=600)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr
+    rec = cluster.record("slurm-time")
+    print(f"launcher ended {time.monotonic() - t0:.1f} s after it started: {rec['result_reason']}")
+    assert rec["status"] == "failed"
+    assert rec["result_reason"].startswith(f"slurm job {rec['slurm']['job_id']} TIMEOUT (TimeLimit")
+    cluster.wait_no_trainers(5)
+    assert squeue(cluster) == []
+
+
+def test_stop_cancels_a_running_job_and_leaves_nothing(cluster: Cluster) -> None:
+    out = cluster.run(
+        "run",
+        str(cluster.job("slurm-stop", hosts="slurm_nodes", max_steps=2000)),
+        "-i",
+        str(cluster.inventory),
+        "--detach",
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    run_id = cluster.wait_step(cluster.run_id_of("slurm-stop"))
+    t0 = time.monotonic()
+    stop = cluster.run("stop", run_id)
+    took = time.monotonic() - t0
+    print(stop.stdout[-1500:])
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert "nothing left running" in stop.stdout
+    cluster.wait_no_trainers(5)
+    assert squeue(cluster) == []
+    for host in (*NODES, HEAD):
+        left = cluster.ssh(host, f"grep -l {run_id} /proc/[0-9]*/environ 2>/dev/null || true").split()
+        assert left == [], (host, left)
+    rec = cluster.record("slurm-stop")
+    assert rec["status"] == "stopped" and rec["slurm"]["cancelled_by_launcher"] is True
+    print(f"stop took {took:.1f} s")
