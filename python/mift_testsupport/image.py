@@ -37,9 +37,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 IMAGE = "provisioned"
-# the same provisioning on a systemd-mode host (rig images keep their mode): the suites that need services,
-# such as Slurm's daemons (tests/integration/test_slurm_e2e.py)
-IMAGE_SYSTEMD = "provisioned-systemd"
+# made on a systemd-mode host, so its clones are too (a rig image keeps its mode): one image for every suite,
+# including those that need services (Slurm's daemons, tests/integration/test_slurm_e2e.py); a second image in
+# plain mode would cost CI a second provision.yml
+SYSTEMD = True
 IMAGES = RIG_HOME / "images"
 # what the image is made from: a change in any of these makes a new one
 INPUT_PATHS = (
@@ -102,18 +103,16 @@ def _lock(name: str) -> Iterator[None]:
         yield
 
 
-def ensure_image(
-    name: str = IMAGE, *, rig_id: int, log: Path | None = None, force: bool = False, systemd: bool = False
-) -> float:
-    """Make image ``name`` unless it is current: ``provision.yml`` on host1 of rig ``rig_id`` (a systemd-mode
-    host with ``systemd``), then ``rig image save``; the rig is taken down afterwards. Returns the seconds
-    spent making it (0: current)."""
+def ensure_image(name: str = IMAGE, *, rig_id: int, log: Path | None = None, force: bool = False) -> float:
+    """Make image ``name`` unless it is current: ``provision.yml`` on host1 (systemd mode) of rig ``rig_id``,
+    then ``rig image save``; the rig is taken down afterwards. Returns the seconds spent making it (0:
+    current)."""
     with _lock(name):
         if is_current(name) and not force:
             return 0.0
         t0 = time.monotonic()
         _key_file(name).unlink(missing_ok=True)
-        with rig_instance(rig_id, 1, systemd=systemd) as rig:
+        with rig_instance(rig_id, 1, systemd=SYSTEMD) as rig:
             provision(rig, tiny_model(), log=log)
             rig.rig("image", "save", name, "--host", "1", timeout=900)
         _key_file(name).write_text(inputs_key() + "\n")
@@ -145,14 +144,11 @@ def make_hosts_their_own(rig: Rig) -> None:
 
 
 @contextlib.contextmanager
-def provisioned_rig(
-    rig_id: int, hosts: int, *, name: str = IMAGE, log: Path | None = None, systemd: bool = False
-) -> Iterator[Rig]:
-    """``hosts`` provisioned hosts of rig ``rig_id`` started from image ``name`` (made first when needed; a
-    systemd-mode image with ``systemd``, e.g. :data:`IMAGE_SYSTEMD`); taken down (``rig down --purge``)
-    afterwards."""
-    ensure_image(name, rig_id=rig_id, log=log, systemd=systemd)
-    with rig_instance(rig_id, hosts, image=name, systemd=systemd) as rig:
+def provisioned_rig(rig_id: int, hosts: int, *, name: str = IMAGE, log: Path | None = None) -> Iterator[Rig]:
+    """``hosts`` provisioned hosts (systemd mode) of rig ``rig_id`` started from image ``name`` (made first
+    when needed); taken down (``rig down --purge``) afterwards."""
+    ensure_image(name, rig_id=rig_id, log=log)
+    with rig_instance(rig_id, hosts, image=name, systemd=SYSTEMD) as rig:
         make_hosts_their_own(rig)
         yield rig
 
@@ -164,11 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rig-id", type=int, default=rig_id_from_env("MIFT_IMAGE_RIG_ID", 5))
     parser.add_argument("--name", default=IMAGE)
     parser.add_argument("--force", action="store_true", help="make it even when it is current")
-    parser.add_argument("--systemd", action="store_true", help="provision a systemd-mode host")
     parser.add_argument("--log", type=Path, default=REPO_ROOT / ".cache" / "host-image" / "provision.log")
     args = parser.parse_args(argv)
     args.log.parent.mkdir(parents=True, exist_ok=True)
-    took = ensure_image(args.name, rig_id=args.rig_id, log=args.log, force=args.force, systemd=args.systemd)
+    took = ensure_image(args.name, rig_id=args.rig_id, log=args.log, force=args.force)
     if took:
         print(
             f"image {args.name}: provision.yml on rig {args.rig_id} host1, saved, in {took:.0f} s "

@@ -24,7 +24,7 @@ import pytest
 
 from mift_testsupport.cluster import Cluster, JobBase
 from mift_testsupport.fixtures import rig_ready_or_skip
-from mift_testsupport.image import provisioned_rig
+from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.paths import REPO_ROOT
 from mift_testsupport.rig import rig_id_from_env
 from mift_testsupport.trainers import TRAINER_PATTERN
@@ -87,7 +87,7 @@ def snapshot(cluster: Cluster) -> dict[int, list[str]]:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """2 hosts of rig ``FAULTS_RIG_ID`` (6) from the provisioned image, for the whole session."""
-    rig_ready_or_skip()
+    rig_ready_or_skip(systemd=SYSTEMD)
     work = tmp_path_factory.mktemp("faults")
     with provisioned_rig(RIG_ID, len(HOSTS), log=work / "image-provision.log") as rig:
         yield Cluster(rig, work, real_backend=False, base=JOBS)

@@ -21,7 +21,7 @@ import pytest
 
 from mift_testsupport.cluster import Cluster
 from mift_testsupport.fixtures import rig_ready_or_skip
-from mift_testsupport.image import provisioned_rig
+from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.launcher import finish
 from mift_testsupport.paths import REPO_ROOT
 from mift_testsupport.rig import rig_id_from_env
@@ -37,7 +37,7 @@ SEED_JSON = REPO_ROOT / "tests" / "fixtures" / "bad-configs" / "ds_seed_blog.jso
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """2 hosts of rig ``LAUNCHER_E2E_RIG_ID`` (5) from the provisioned image; torn down after the module."""
-    rig_ready_or_skip()
+    rig_ready_or_skip(systemd=SYSTEMD)
     work = tmp_path_factory.mktemp("launcher-e2e")
     with provisioned_rig(RIG_ID, 2, log=work / "image-provision.log") as rig:
         yield Cluster(rig, work)

@@ -17,7 +17,7 @@ import pytest
 
 from mift_testsupport.cluster import Cluster, JobBase
 from mift_testsupport.fixtures import rig_ready_or_skip
-from mift_testsupport.image import provisioned_rig
+from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.provision import TINY_MODEL
 from mift_testsupport.rig import rig_id_from_env
 
@@ -40,7 +40,7 @@ TOTAL_BATCH_RE = re.compile(r"Total train batch size \(w\. parallel, distributed
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """2 hosts of rig ``PLAN_RIG_ID`` (8) from the provisioned image; torn down after the module."""
-    rig_ready_or_skip()
+    rig_ready_or_skip(systemd=SYSTEMD)
     work = tmp_path_factory.mktemp("plan-global-batch")
     with provisioned_rig(RIG_ID, 2, log=work / "image-provision.log") as rig:
         yield Cluster(rig, work, base=JobBase(train_overrides=TRAIN))

@@ -1,8 +1,8 @@
 """The launcher's slurm backend end to end: Slurm provisioned on 3 systemd-mode test hosts (host3 the head,
 host1 and host2 the nodes), then the tiny ZeRO-3 job through ``sbatch``/``srun``.
 
-The hosts start from the systemd-mode provisioned host image (``mift_testsupport.image``, image
-``provisioned-systemd``: ``provision.yml`` once, kept); only ``playbooks/slurm.yml`` runs here. The test hosts
+The hosts start from the provisioned host image (``mift_testsupport.image``: ``provision.yml`` once on a
+systemd-mode host, kept; every suite's image); only ``playbooks/slurm.yml`` runs here. The test hosts
 have no GPU device nodes: empty files stand in for the render nodes gres.conf names (TEST DOUBLE, as in
 molecule ``slurm``).
 
@@ -27,7 +27,7 @@ import yaml
 
 from mift_testsupport.cluster import Cluster
 from mift_testsupport.fixtures import rig_ready_or_skip
-from mift_testsupport.image import IMAGE_SYSTEMD, provisioned_rig
+from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.launcher import finish
 from mift_testsupport.paths import REPO_ROOT
 from mift_testsupport.rig import rig_id_from_env
@@ -70,9 +70,9 @@ def slurm_inventory(rig_inventory: Path, folder: Path) -> Path:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """3 hosts of rig ``SLURM_E2E_RIG_ID`` (9) from the systemd-mode image, Slurm provisioned on them."""
-    rig_ready_or_skip(systemd=True)
+    rig_ready_or_skip(systemd=SYSTEMD)
     work = tmp_path_factory.mktemp("slurm-e2e")
-    with provisioned_rig(RIG_ID, 3, name=IMAGE_SYSTEMD, systemd=True, log=work / "image.log") as rig:
+    with provisioned_rig(RIG_ID, 3, log=work / "image.log") as rig:
         c = Cluster(rig, work)
         c.inventory = slurm_inventory(rig.inventory, work / "inventory")
         for host in NODES:
