@@ -17,10 +17,10 @@ Two modes, both on test hosts of rig instance ``PROVISION_BENCH_RIG_ID`` (defaul
   - ``addone``: 2 hosts from the image plus one bare host of rig ``PROVISION_BENCH_ADD_RIG_ID`` (default 8),
     named host3 in one inventory; provision.yml on all 3; the recap lines of host1 and host2 are printed.
 
-  Every run is profiled with Ansible's junit callback: the tasks that ran (TASK headers), and the slowest
-  tasks (seconds summed over hosts). ``--repo DIR`` runs another checkout's playbooks (the before column: a
-  copy of main) with this bench; ``--json FILE`` keeps the rows, ``--compare BEFORE.json`` prints both side
-  by side.
+  Every run is profiled by bench/callback_plugins/mift_task_times.py: the tasks started, and the slowest
+  tasks (wall seconds, as profile_tasks measures them). ``--repo DIR`` runs another checkout's playbooks
+  (the before column: a copy of main) with this bench; ``--json FILE`` keeps the rows, ``--compare
+  BEFORE.json`` prints both side by side.
   Load averages are printed with every row: the machine is shared.
 
 Needs root and the rig (tools/testhosts/rig setup).
@@ -40,7 +40,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -169,26 +168,25 @@ def stack_scaling(args: argparse.Namespace) -> int:
 # ---- --from-image: the re-run rows -------------------------------------------------------------------------
 
 
-def profile(junit_dir: Path, top: int = 6) -> list[tuple[str, float]]:
-    """The slowest tasks of a run from the junit callback's report: (task, seconds summed over hosts)."""
+def profile(times_file: Path, top: int = 6) -> tuple[int, list[tuple[str, float]]]:
+    """Tasks started and the slowest tasks of a run (bench/callback_plugins/mift_task_times.py): wall seconds
+    from a task's start to the next one's, summed over the serial batches of a play."""
+    rows = json.loads(times_file.read_text()) if times_file.exists() else []
     times: dict[str, float] = defaultdict(float)
-    for report in junit_dir.glob("*.xml"):
-        for case in ET.parse(report).getroot().iter("testcase"):
-            name = re.sub(r"^\[[^]]*\]\s*", "", case.get("name", ""))
-            times[name] += float(case.get("time", "0") or 0)
-    return sorted(times.items(), key=lambda kv: -kv[1])[:top]
+    for name, sec in rows:
+        times[name] += sec
+    return len(rows), sorted(times.items(), key=lambda kv: -kv[1])[:top]
 
 
 def provision_full(repo: Path, inventory: Path, log: Path, what: str, timeout: float) -> dict[str, Any]:
     """``provision.yml`` of checkout ``repo`` with the test-double switches: wall time, recap, profile."""
-    junit = log.with_suffix(".junit")
-    junit.mkdir(exist_ok=True)
+    times = log.with_suffix(".times.json")
     env = dict(ENV)
     env.update(
         ANSIBLE_CONFIG=str(repo / "ansible.cfg"),
-        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.junit",
-        JUNIT_OUTPUT_DIR=str(junit),
-        JUNIT_HIDE_TASK_ARGUMENTS="yes",
+        ANSIBLE_CALLBACK_PLUGINS=str(REPO / "bench" / "callback_plugins"),
+        ANSIBLE_CALLBACKS_ENABLED="mift_task_times",
+        MIFT_TASK_TIMES=str(times),
     )
     argv = provision_argv(inventory, tiny_model())
     before = load()
@@ -202,11 +200,11 @@ def provision_full(repo: Path, inventory: Path, log: Path, what: str, timeout: f
     lines = [line.strip() for line in recap_text.splitlines() if re.match(r"^host\d+\s*:", line)]
     row: dict[str, Any] = {
         "wall_s": round(wall, 1),
-        "tasks": len(re.findall(r"^TASK \[", text, re.MULTILINE)),
+        "tasks": profile(times)[0],
         "recap": recap(text),
         "recap_lines": lines,
         "load": f"{before} -> {load()}",
-        "top": [(name, round(sec, 1)) for name, sec in profile(junit)],
+        "top": [(name, round(sec, 1)) for name, sec in profile(times)[1]],
         "log": str(log),
     }
     changed = sum(v["changed"] for v in row["recap"].values())
