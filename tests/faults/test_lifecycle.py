@@ -166,8 +166,9 @@ def test_provision_host_down_then_rerun_changes_nothing(
     )
     ns = f"mift{cluster.rig.rig_id}h2"
     log1 = cluster.work / "provision-down.log"
-    # The hosts come provisioned from the image: a plain re-run skips every part in seconds (playbooks/state.yml),
-    # before the cut. mift_defaults_verify=true provisions and verifies every part again, so the cut lands mid-run.
+    # The hosts come provisioned from the image: a plain re-run skips every part in seconds
+    # (playbooks/state.yml), before the cut. mift_defaults_verify=true provisions and verifies every part
+    # again, so the cut lands mid-run.
     proc = _provision(cluster, log1, "-e", '{"mift_defaults_verify": true}')
     time.sleep(15)
     subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
