@@ -261,7 +261,8 @@ def from_image(args: argparse.Namespace) -> int:
     finally:
         if not args.keep:
             RIG.down(purge=True)
-            Rig(rig_id=ADD_RIG_ID, hosts=1).down(purge=True)
+            if "addone" in args.rows:  # the add rig is touched only by that row
+                Rig(rig_id=ADD_RIG_ID, hosts=1).down(purge=True)
     if args.json:
         args.json.write_text(json.dumps({"repo": str(repo), "rows": rows}, indent=2) + "\n")
     before = json.loads(args.compare.read_text())["rows"] if args.compare else {}
