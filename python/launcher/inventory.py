@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.repo import ANSIBLE_CFG, REPO_ROOT
@@ -43,8 +43,8 @@ def _ansible_inventory() -> str:
     return str(candidate) if candidate.exists() else "ansible-inventory"
 
 
-def inventory_names(inventory: Path) -> tuple[set[str], set[str]]:
-    """Return (hosts, groups) of ``inventory``; a file Ansible cannot parse raises ConfigurationError."""
+def inventory_json(inventory: Path) -> dict[str, Any]:
+    """Return ``ansible-inventory --list`` of ``inventory``; one it cannot parse raises ConfigurationError."""
     if inventory.is_file() and inventory.suffix in (".yml", ".yaml"):
         try:
             text = inventory.read_text()
@@ -80,12 +80,48 @@ def inventory_names(inventory: Path) -> tuple[set[str], set[str]]:
         lines = [ln.strip() for ln in out.stderr.splitlines() if ln.strip()]
         why = next((ln for ln in lines if "ERROR" in ln), lines[-1] if lines else f"rc={out.returncode}")
         raise ConfigurationError(f"{inventory}: (file): not a usable inventory: {why}")
+    return data
+
+
+def inventory_names(inventory: Path) -> tuple[set[str], set[str]]:
+    """Return (hosts, groups) of ``inventory``; a file Ansible cannot parse raises ConfigurationError."""
+    data = inventory_json(inventory)
     groups = {g for g in data if g != "_meta"}
     hosts = set((data.get("_meta") or {}).get("hostvars") or {})
     for group in groups:
         members = data[group].get("hosts") if isinstance(data[group], dict) else None
         hosts.update(members or [])
     return hosts, groups
+
+
+def first_host(spec: JobSpec, inventory: Path | None) -> str:
+    """Return the job's first node: the first of its host list, else the first host of its first group."""
+    if isinstance(spec.hosts, list):
+        return spec.hosts[0]
+    inv = inventory or default_inventory()
+    data = inventory_json(inv) if inv is not None else {}
+    for name in (p.strip() for p in spec.hosts.split(",") if p.strip()):
+        found = _first_in_group(data, name, set())
+        if found:
+            return found
+        if name in ((data.get("_meta") or {}).get("hostvars") or {}):
+            return name
+    raise ConfigurationError(f"hosts: {spec.hosts}: no host found in the inventory {inv}")
+
+
+def _first_in_group(data: dict[str, Any], group: str, seen: set[str]) -> str | None:
+    entry = data.get(group)
+    if group in seen or not isinstance(entry, dict):
+        return None
+    seen.add(group)
+    hosts = entry.get("hosts") or []
+    if hosts:
+        return str(hosts[0])
+    for child in entry.get("children") or []:
+        found = _first_in_group(data, str(child), seen)
+        if found:
+            return found
+    return None
 
 
 def check_hosts(spec: JobSpec, inventory: Path | None, source: Path) -> None:

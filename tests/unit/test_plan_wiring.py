@@ -115,7 +115,7 @@ def test_plan_defaults_to_as_written_and_unknown_values_are_refused(tmp_path):
     with pytest.raises(ConfigurationError) as err:
         load_job_spec_bytes(b"name: j\ntrain_config: t.yaml\nplan: fastest\n", tmp_path / "job.yaml")
     assert str(err.value).count("\n") == 0
-    assert "plan: Input should be 'as_written' or 'auto'" in str(err.value)
+    assert "plan: Input should be 'as_written', 'auto' or 'probe'" in str(err.value)
 
 
 def test_as_written_ships_the_yaml_split_unchanged(tmp_path):

@@ -20,7 +20,7 @@ Entry points for the engine and the CLI::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.planning.dsconfig import deepspeed_config
@@ -28,6 +28,9 @@ from launcher.planning.hardware import MI300X, Accelerator
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Estimate, Strategy, Workload, estimate
 from launcher.planning.model import LINEAR_MODULES, ModelShape
 from launcher.planning.speed import StepTime, achieved_efficiency, step_time
+
+if TYPE_CHECKING:
+    from launcher.planning.probe import ProbeOutcome
 
 SAFETY_MARGIN = 0.10  # a candidate fits when estimate x (1 + margin) <= capacity (the same as launcher.plan)
 # LLaMA-Factory's flash_attn values (0.9.5: auto, disabled, sdpa, fa2, fa3) -> the attention the memory model
@@ -121,10 +124,24 @@ class TrainingPlan:
     as_written: Split
     candidates: tuple[Candidate, ...]
     margin: float
+    probe: ProbeOutcome | None = None  # set by launcher.planning.probe.run_probe: the choice is measured
+
+    @property
+    def predicted_choice(self) -> Candidate | None:
+        """Return the model's choice: the fastest predicted candidate that fits."""
+        fitting = [c for c in self.candidates if c.fits]
+        if not fitting:
+            return None
+        return max(fitting, key=lambda c: (c.tokens_per_s, c.split == self.as_written, -_rank(c.strategy)))
 
     @property
     def choice(self) -> Candidate | None:
-        """Return the fastest candidate that fits (ties: the YAML's split, then the earlier strategy)."""
+        """Return the probe's measured pick when probed, else the fastest predicted candidate that fits.
+
+        Ties of the prediction: the YAML's split, then the earlier strategy.
+        """
+        if self.probe is not None and self.probe.pick is not None:
+            return self.probe.pick
         fitting = [c for c in self.candidates if c.fits]
         if not fitting:
             return None
@@ -215,6 +232,8 @@ class TrainingPlan:
                 f" Faster but too big, the closest: {best.describe()} ({best.tokens_per_s:,.0f} tokens/s) "
                 f"needs {amount / GIB:.1f} GiB per {where}."
             )
+        if self.probe is not None:
+            text += " " + self.probe.reason()
         return text + unmeasured
 
     def as_json(self) -> dict[str, Any]:
@@ -246,6 +265,7 @@ class TrainingPlan:
             "accelerator": {"name": self.accelerator.name, "measured": self.accelerator.measured},
             "candidates": [c.as_json() for c in self.candidates],
             "margin": self.margin,
+            "probe": self.probe.as_json() if self.probe else None,
         }
 
 
