@@ -60,13 +60,13 @@ PLANNED = ("auto", "probe", "planprobe")  # configs the planner picks (job spec 
 
 def parse_config(text: str) -> tuple[Strategy, Split] | None:
     """Return the strategy and split of ``STRATEGY:MBxACC:ck|nock[:liger]`` (None for a planned config)."""
-    if text in PLANNED:
+    if text.removesuffix(":liger") in PLANNED:
         return None
     strategy, split, ck = text.removesuffix(":liger").split(":")
     micro, accumulation = (int(x) for x in split.split("x"))
     if ck not in ("ck", "nock"):
         raise SystemExit(f"{text}: expected ck or nock after the split")
-    return Strategy(strategy), Split(micro, accumulation, ck == "ck")
+    return Strategy(strategy), Split(micro, accumulation, ck == "ck", text.endswith(":liger"))
 
 
 def safe(text: str) -> str:
@@ -91,10 +91,13 @@ def write_job(
     train = {**base, "model_name_or_path": str(assets / "model"), "dataset_dir": str(assets / "data")}
     train["max_steps"] = steps
     job: dict[str, Any] = {"name": f"grid-{shape}-{safe(config)}", "train_config": "train.yaml"}
-    if config.endswith(":liger"):
-        train["enable_liger_kernel"] = True
     if parsed is None:
-        job.update(plan="probe" if config == "probe" else "auto", deepspeed="auto")
+        planned = config.removesuffix(":liger")
+        job.update(plan="auto" if planned == "auto" else "probe", deepspeed="auto")
+        if config.endswith(":liger"):
+            job["plan_liger"] = True  # the plan may switch liger on (the YAML leaves it off)
+    elif config.endswith(":liger"):
+        train["enable_liger_kernel"] = True
     else:
         strategy, split = parsed
         train.update(
@@ -180,7 +183,7 @@ def main() -> None:
         peak = measure_peak_tflops()
     cluster = Cluster(nodes=1, gpus_per_node=1, gpu_mem_gib=gpu_mem, host_mem_gib=host_mem_gib())
     shape = load_shape(assets / "model")
-    plan = plan_training_from_yaml(shape, base, cluster, accelerator=H200)
+    plan = plan_training_from_yaml(shape, base, cluster, accelerator=H200, liger=True)
     tokens_per_step = args.global_batch * int(base["cutoff_len"])
     print(
         f"shape {args.shape} ({shape.total_params() / 1e9:.2f} B params), global batch {args.global_batch} x "
@@ -207,7 +210,7 @@ def main() -> None:
             print(f"== {config}: NOT RUN ({left:.0f}s left before the deadline)", flush=True)
             rows.append({"config": config, "not_run": True})
             continue
-        if config == "planprobe":
+        if config.startswith("planprobe"):
             rows.append(plan_probe_cli(job, jdir, gpu_mem, min(args.run_timeout_s, left - 10)))
             continue
         row = run_launcher(config, job, jdir / "runs", args.steps, min(args.run_timeout_s, left - 10))
@@ -223,12 +226,17 @@ def main() -> None:
             ch = record["plan"]["choice"]
             parsed = (
                 Strategy(ch["strategy"]),
-                Split(ch["micro_batch"], ch["gradient_accumulation_steps"], ch["gradient_checkpointing"]),
+                Split(
+                    ch["micro_batch"],
+                    ch["gradient_accumulation_steps"],
+                    ch["gradient_checkpointing"],
+                    bool(ch.get("liger")),
+                ),
             )
         cand = candidate_of(plan, *parsed) if parsed else None
         row["ran"] = (
             f"{parsed[0].value} mb{parsed[1].micro_batch}x{parsed[1].accumulation} "
-            f"{'ck' if parsed[1].checkpointing else 'nock'}"
+            f"{'ck' if parsed[1].checkpointing else 'nock'}{' liger' if parsed[1].liger else ''}"
             if parsed
             else "-"
         )
@@ -327,7 +335,7 @@ def report(
             continue
         est, peak_mib = r.get("est_gpu_mib"), r.get("peak_smi_mib")
         ratio = f"{est / peak_mib:.2f}" if est and peak_mib else "-"
-        if r["config"] == "planprobe":
+        if r["config"].startswith("planprobe"):
             lines.append(
                 f"| launcher plan --probe | {r['pick']} | wall {r['wall_s']:.0f} s, rc {r['rc']} |" + " |" * 8
             )
@@ -335,6 +343,7 @@ def report(
         label = {
             "auto": "auto (plan: auto)",
             "probe": f"probe (plan: probe, probe {r.get('probe_s')} s)",
+            "probe:liger": f"probe (plan: probe, plan_liger, probe {r.get('probe_s')} s)",
         }.get(r["config"], r["config"])
         eff = r.get("tokens_per_s")
         cells = [
@@ -355,7 +364,7 @@ def report(
     checks = []
     best = max(done, key=lambda r: r["steady_tokens_per_s"], default=None)
     auto, yaml_split = by.get("auto"), by.get("none:2x8:ck")
-    probe = by.get("probe")
+    probe = by.get("probe:liger") or by.get("probe")
     if probe and best:
         share = probe["steady_tokens_per_s"] / best["steady_tokens_per_s"]
         checks.append(

@@ -59,6 +59,8 @@ class JobSpec(_Strict):
     # the model's config.json (or its folder) on the controller, for the planner, when the training YAML's
     # model_name_or_path is a node path the controller does not have and no bundled config matches it
     plan_model_config: Path | None = None
+    # the nodes have liger-kernel: plan auto/probe may switch LLaMA-Factory's enable_liger_kernel on
+    plan_liger: bool = False
     hosts: str | list[str] = "trainers"
     nproc_per_node: Annotated[int, Field(gt=0)] | None = None
     master_addr: str | None = None

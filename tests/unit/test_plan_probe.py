@@ -72,7 +72,9 @@ def test_steady_rate_leaves_the_first_step_out():
     log = [{"current_steps": 1, "throughput": 1638.4, "total_tokens": 16384, "loss": 6.2}]
     for step in (2, 3, 4):
         seconds = 10 + 2 * (step - 1)
-        log.append({"current_steps": step, "throughput": 16384 * step / seconds, "total_tokens": 16384 * step})
+        log.append(
+            {"current_steps": step, "throughput": 16384 * step / seconds, "total_tokens": 16384 * step}
+        )
     rate, steps = steady_tokens_per_s(log)  # type: ignore[misc]
     assert steps == 3
     assert rate == pytest.approx(8192.0)
@@ -101,7 +103,7 @@ def test_the_shortlist_spans_strategies_the_model_may_misrank():
 def test_the_probe_picks_by_measurement_and_the_plan_applies_the_pick():
     plan = _bench_plan()
     fake = FakeGpuProber({Strategy.ZERO2: 23828 / 12736})  # what the H200 measured for 3B ZeRO-2 16 x 1
-    probed = run_probe(plan, fake, steps=4, clock=fake.clock)
+    probed = run_probe(plan, fake, count=3, steps=4, clock=fake.clock)
     assert len(fake.calls) == 3
     assert all(steps == 4 for _, steps, _ in fake.calls)
     assert probed.choice is not None
@@ -124,7 +126,10 @@ def test_a_failed_candidate_is_never_picked_and_nothing_measured_keeps_the_model
     fake = FakeGpuProber({Strategy.ZERO2: 5.0}, fail={Strategy.ZERO2})
     probed = run_probe(plan, fake, clock=fake.clock)
     assert probed.choice is not None and probed.choice.strategy is Strategy.NONE
-    assert "ZeRO-2, micro-batch 16 x accumulation 1, checkpointing off: failed (out of memory)" in probed.reason()
+    assert (
+        "ZeRO-2, micro-batch 16 x accumulation 1, checkpointing off: failed (out of memory)"
+        in probed.reason()
+    )
     everything_fails = FakeGpuProber({}, fail={Strategy.NONE, Strategy.ZERO2})
     probed = run_probe(plan, everything_fails, clock=everything_fails.clock)
     assert probed.choice is plan.choice
@@ -134,7 +139,7 @@ def test_a_failed_candidate_is_never_picked_and_nothing_measured_keeps_the_model
 def test_the_budget_bounds_the_probe_and_each_run_gets_what_is_left():
     plan = _bench_plan(SHAPE_8B)
     fake = FakeGpuProber({}, cost_s=70.0)
-    probed = run_probe(plan, fake, budget_s=120.0, clock=fake.clock)
+    probed = run_probe(plan, fake, count=3, budget_s=120.0, clock=fake.clock)
     assert [t for _, _, t in fake.calls] == [120.0, 50.0]
     assert probed.probe is not None
     assert [m.status for m in probed.probe.measures] == ["measured", "measured", "skipped"]
@@ -154,7 +159,9 @@ def test_inter_node_communication_comes_from_the_model():
     node_rate = z3.step.tokens / 10.0  # the node measured one step in 10 s
     inter = z3.step.communication  # the model's gathers and reduce-scatters, all over the NIC here
     assert inter > 0
-    assert job_tokens_per_s(two, z3, node_rate) == pytest.approx(2 * z3.step.tokens / (10.0 + inter), rel=0.01)
+    assert job_tokens_per_s(two, z3, node_rate) == pytest.approx(
+        2 * z3.step.tokens / (10.0 + inter), rel=0.01
+    )
     ddp = next(x for x in two.candidates if x.strategy is Strategy.NONE and x.fits)
     ddp_rate = job_tokens_per_s(two, ddp, ddp.step.tokens / 10.0)
     assert ddp_rate < 2 * ddp.step.tokens / 10.0  # DDP's one all-reduce per step: small but counted
@@ -176,16 +183,26 @@ def test_the_launcher_prober_writes_a_valid_one_node_job_for_each_candidate(tmp_
     train = dict(written.train.data)
     assert (train["per_device_train_batch_size"], train["gradient_accumulation_steps"]) == (16, 1)
     assert train["disable_gradient_checkpointing"] is True
-    assert (train["max_steps"], train["logging_steps"], train["include_num_input_tokens_seen"]) == (4, 1, True)
+    assert (train["max_steps"], train["logging_steps"], train["include_num_input_tokens_seen"]) == (
+        4,
+        1,
+        True,
+    )
     assert train["save_strategy"] == "no" and train["eval_strategy"] == "no"
-    assert written.deepspeed is not None and json.loads((path.parent / "ds.json").read_text())["zero_optimization"]
+    assert (
+        written.deepspeed is not None
+        and json.loads((path.parent / "ds.json").read_text())["zero_optimization"]
+    )
     ddp = prober.prepare(candidates[0], 4, 50)
     assert load_job(ddp).deepspeed is None
     assert yaml.safe_load(ddp.read_text())["deepspeed"] == "none"
 
 
 def test_plan_probe_in_the_job_spec_ships_the_probed_pick(tmp_path: Path):
-    assert load_job_spec_bytes(b"name: j\ntrain_config: t.yaml\nplan: probe\n", tmp_path / "j.yaml").plan == "probe"
+    assert (
+        load_job_spec_bytes(b"name: j\ntrain_config: t.yaml\nplan: probe\n", tmp_path / "j.yaml").plan
+        == "probe"
+    )
     job = load_job(_job(tmp_path, "deepspeed: auto\nplan: probe\n"))
     plan = auto_plan(job, dict(job.train.data), _h200())
     fake = FakeGpuProber({Strategy.ZERO2: 2.0})

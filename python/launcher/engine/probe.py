@@ -91,6 +91,8 @@ class LauncherProber:
             disable_gradient_checkpointing=not split.checkpointing,
             max_steps=steps,
         )
+        if split.liger or "enable_liger_kernel" in train:
+            train["enable_liger_kernel"] = split.liger
         (where / "train.yaml").write_text(yaml.safe_dump(train, sort_keys=False))
         ds = deepspeed_config(candidate.strategy)
         if ds is not None:

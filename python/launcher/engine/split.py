@@ -105,6 +105,7 @@ def plan_job(
         accelerator=accelerator,
         strategies=planned_strategies(job),
         margin=margin,
+        liger=job.spec.plan_liger,
     )
 
 

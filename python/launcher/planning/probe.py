@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
     from launcher.planning.training import Candidate, TrainingPlan
 
-DEFAULT_CANDIDATES = 3  # how many of the model's fastest fitting candidates a probe runs
+# How many candidates a probe runs: the model's choice and the best of the next strategy. 2 keeps the 8B probe
+# under 2 minutes on the H200 (each run starts a trainer: ~35-45 s with 4 steps); 3 took 133 s there.
+DEFAULT_CANDIDATES = 2
 DEFAULT_STEPS = 4  # optimizer steps per candidate: the first is warm-up, steps 2..4 are measured
 DEFAULT_BUDGET_S = 120.0  # wall seconds for the whole probe; a candidate not started within it is skipped
 # Another strategy's best split is probed when the model predicts it at least this share of the leader's
@@ -96,6 +98,7 @@ def job_tokens_per_s(plan: TrainingPlan, candidate: Candidate, node_tokens_per_s
         plan.workload,
         micro_batch=candidate.split.micro_batch,
         gradient_checkpointing=candidate.split.checkpointing,
+        liger=candidate.split.liger,
     )
     one_node = Cluster(1, c.gpus_per_node, c.gpu_mem_gib, c.host_mem_gib)
     local = step_time(workload, candidate.strategy, one_node, plan.accelerator, candidate.split.accumulation)

@@ -45,12 +45,13 @@ class Split:
     micro_batch: int
     accumulation: int
     checkpointing: bool
+    liger: bool = False  # LLaMA-Factory's enable_liger_kernel
 
     def describe(self) -> str:
-        """Return e.g. ``micro-batch 8 x accumulation 2, checkpointing off``."""
+        """Return e.g. ``micro-batch 8 x accumulation 2, checkpointing off`` (``, liger`` when on)."""
         return (
             f"micro-batch {self.micro_batch} x accumulation {self.accumulation}, "
-            f"checkpointing {'on' if self.checkpointing else 'off'}"
+            f"checkpointing {'on' if self.checkpointing else 'off'}{', liger' if self.liger else ''}"
         )
 
 
@@ -83,6 +84,7 @@ class Candidate:
             "micro_batch": self.split.micro_batch,
             "gradient_accumulation_steps": self.split.accumulation,
             "gradient_checkpointing": self.split.checkpointing,
+            "liger": self.split.liger,
             "gpu_mem_gib": round(self.estimate.gpu_total / GIB, 2),
             "host_mem_gib": round(self.estimate.host / GIB, 2),
             "tokens_per_s": round(self.tokens_per_s, 1),
@@ -175,11 +177,14 @@ class TrainingPlan:
         choice = self.choice
         if choice is None:
             return {}
-        return {
+        overrides: dict[str, Any] = {
             "per_device_train_batch_size": choice.split.micro_batch,
             "gradient_accumulation_steps": choice.split.accumulation,
             "disable_gradient_checkpointing": not choice.split.checkpointing,
         }
+        if choice.split.liger or self.workload.liger:
+            overrides["enable_liger_kernel"] = choice.split.liger
+        return overrides
 
     def deepspeed_config(self) -> dict[str, Any] | None:
         """Return the chosen strategy's DeepSpeed JSON (None for no DeepSpeed or when nothing fits)."""
@@ -282,12 +287,14 @@ def plan_training(
     accelerator: Accelerator = MI300X,
     strategies: tuple[Strategy, ...] = SPEED_RANK,
     margin: float = SAFETY_MARGIN,
+    liger: bool = False,
 ) -> TrainingPlan:
     """Build every candidate at the global batch and pick the fastest that fits.
 
     ``workload`` holds the YAML's micro-batch and checkpointing, ``accumulation`` its gradient accumulation;
     ``global_batch`` defaults to micro-batch x accumulation x GPUs. ``strategies`` limits the search (e.g. to
-    the one a job spec pins).
+    the one a job spec pins). ``liger``: the nodes have liger-kernel, so the plan may switch LLaMA-Factory's
+    ``enable_liger_kernel`` on (job spec ``plan_liger``); a YAML that already enables it keeps it on.
     """
     if accumulation <= 0:
         raise ConfigurationError(
@@ -296,17 +303,19 @@ def plan_training(
     batch = global_batch if global_batch is not None else workload.micro_batch * accumulation * cluster.world
     per_gpu = per_gpu_batch(batch, cluster)
     candidates = []
+    kernels = (False, True) if liger and not workload.liger else (workload.liger,)
     for strategy in strategies:
         for micro in divisors(per_gpu):
             for checkpointing in (True, False):
-                split = Split(micro, per_gpu // micro, checkpointing)
-                candidates.append(_candidate(workload, strategy, split, cluster, accelerator, margin))
+                for on in kernels:
+                    split = Split(micro, per_gpu // micro, checkpointing, on)
+                    candidates.append(_candidate(workload, strategy, split, cluster, accelerator, margin))
     return TrainingPlan(
         workload=workload,
         cluster=cluster,
         accelerator=accelerator,
         global_batch=batch,
-        as_written=Split(workload.micro_batch, accumulation, workload.gradient_checkpointing),
+        as_written=Split(workload.micro_batch, accumulation, workload.gradient_checkpointing, workload.liger),
         candidates=tuple(candidates),
         margin=margin,
     )
@@ -315,7 +324,12 @@ def plan_training(
 def _candidate(  # noqa: PLR0917 - private helper, called once
     workload: Workload, s: Strategy, split: Split, c: Cluster, accelerator: Accelerator, margin: float
 ) -> Candidate:
-    w = replace(workload, micro_batch=split.micro_batch, gradient_checkpointing=split.checkpointing)
+    w = replace(
+        workload,
+        micro_batch=split.micro_batch,
+        gradient_checkpointing=split.checkpointing,
+        liger=split.liger,
+    )
     e = estimate(w, s, c)
     t = step_time(w, s, c, accelerator, split.accumulation)
     return Candidate(
@@ -367,6 +381,7 @@ def base_workload(shape: ModelShape, train: dict[str, Any]) -> Workload:
         micro_batch=positive_int(train, "per_device_train_batch_size", 8),  # HF TrainingArguments default
         cutoff_len=positive_int(train, "cutoff_len", 2048),  # LLaMA-Factory default
         gradient_checkpointing=not bool(train.get("disable_gradient_checkpointing", False)),
+        liger=bool(train.get("enable_liger_kernel", False)),
     )
 
 
@@ -398,6 +413,7 @@ def plan_training_from_yaml(
     global_batch: int | None = None,
     strategies: tuple[Strategy, ...] = SPEED_RANK,
     margin: float = SAFETY_MARGIN,
+    liger: bool = False,
 ) -> TrainingPlan:
     """Read the training YAML and plan it (see :func:`plan_training`)."""
     workload, accumulation = read_training_yaml(shape, train)
@@ -409,4 +425,5 @@ def plan_training_from_yaml(
         accelerator=accelerator,
         strategies=strategies,
         margin=margin,
+        liger=liger,
     )
