@@ -46,7 +46,7 @@ def _bench_plan(shape: object = SHAPE_3B) -> TrainingPlan:
 
 @dataclass
 class FakeGpuProber:
-    """Test double for a GPU training run: returns ``rates[strategy]`` x the prediction, spending ``cost_s``."""
+    """Test double for a GPU training run: answers ``rates[strategy]`` x the prediction, in ``cost_s``."""
 
     rates: dict[Strategy, float]
     cost_s: float = 30.0
@@ -143,6 +143,18 @@ def test_the_budget_bounds_the_probe_and_each_run_gets_what_is_left():
     assert [t for _, _, t in fake.calls] == [120.0, 50.0]
     assert probed.probe is not None
     assert [m.status for m in probed.probe.measures] == ["measured", "measured", "skipped"]
+    # with less than MIN_RUN_S left, the next candidate is not started (a trainer start takes longer)
+    fake = FakeGpuProber({}, cost_s=100.0)
+    probed = run_probe(plan, fake, count=3, budget_s=120.0, clock=fake.clock)
+    assert [t for _, _, t in fake.calls] == [120.0]
+    assert probed.probe is not None
+    assert [m.status for m in probed.probe.measures] == ["measured", "skipped", "skipped"]
+    # with less than MIN_RUN_S left, the next candidate is not started (a trainer start takes longer)
+    fake = FakeGpuProber({}, cost_s=100.0)
+    probed = run_probe(plan, fake, count=3, budget_s=120.0, clock=fake.clock)
+    assert [t for _, _, t in fake.calls] == [120.0]
+    assert probed.probe is not None
+    assert [m.status for m in probed.probe.measures] == ["measured", "skipped", "skipped"]
     assert "skipped (probe budget of 120 s spent)" in probed.reason()
 
 

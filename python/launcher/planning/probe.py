@@ -33,12 +33,15 @@ if TYPE_CHECKING:
 # under 2 minutes on the H200 (each run starts a trainer: ~35-45 s with 4 steps); 3 took 133 s there.
 DEFAULT_CANDIDATES = 2
 DEFAULT_STEPS = 4  # optimizer steps per candidate: the first is warm-up, steps 2..4 are measured
-DEFAULT_BUDGET_S = 120.0  # wall seconds for the whole probe; a candidate not started within it is skipped
+DEFAULT_BUDGET_S = 120.0  # wall seconds for the whole probe; candidates that no longer fit in it are skipped
 # Another strategy's best split is probed when the model predicts it at least this share of the leader's
 # tokens/s. The model's ranking of splits within one strategy matched every measured grid on the H200; its
 # ranking across strategies did not (3B ZeRO-2 micro-batch 16 measured 1.17x DDP, predicted 0.56x), so the
 # probe spends its runs across strategies first. 0.5 keeps that ZeRO-2 case in and ZeRO-3 (0.33) out.
 OTHER_STRATEGY_SHARE = 0.5
+# A candidate is not started with less budget left than this: a trainer start alone took 35-45 s on the H200
+# (a run started with 8 s left measured nothing; bench/gpu/results/grid4/).
+MIN_RUN_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -201,13 +204,14 @@ def run_probe(
     """Probe ``count`` candidates (:func:`probe_shortlist`) within ``budget_s``; return the plan with it.
 
     Candidates run in the model's order; each gets the budget left as its timeout, and one not started
-    because the budget is spent is ``skipped``. The returned plan's ``choice`` is the measured pick.
+    because less than :data:`MIN_RUN_S` of it is left is ``skipped``. The returned plan's ``choice`` is the
+    measured pick.
     """
     start = clock()
     measures: list[ProbeMeasure] = []
     for candidate in probe_shortlist(plan, count):
         left = budget_s - (clock() - start)
-        if left <= 0:
+        if left < min(MIN_RUN_S, budget_s):
             measures.append(
                 ProbeMeasure(candidate, "skipped", note=f"probe budget of {budget_s:.0f} s spent")
             )
