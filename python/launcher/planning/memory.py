@@ -58,7 +58,7 @@ NO_CHECKPOINTING_SLACK_ZERO3 = 1.49
 # LLaMA-Factory's enable_liger_kernel (liger-kernel 0.8.5: fused RMSNorm, SwiGLU, RoPE, cross-entropy) without
 # checkpointing: the activation peak measured 0.79 of the estimate's activation term on the H200 (8B and 3B
 # micro-batch 16 without DeepSpeed: 0.793 and 0.792; 8B ZeRO-2: 0.746, so the estimate is 5% high there;
-# bench/gpu/results/grid4/). With checkpointing it is unmeasured and no saving is assumed.
+# bench/gpu/results/grid4/, grid5/). With checkpointing it is unmeasured and no saving is assumed.
 LIGER_ACTIVATION_FACTOR = 0.79
 # Resident memory of one training rank on the host (python, torch with CUDA/ROCm libraries, tokenizer,
 # the tokenized dataset, dataloader).

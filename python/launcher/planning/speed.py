@@ -55,10 +55,10 @@ STRATEGY_LAYER_OVERHEAD_S = {
     Strategy.ZERO3_OFFLOAD_OPT: ZERO3_LAYER_OVERHEAD_S,
     Strategy.ZERO3_OFFLOAD_ALL: ZERO3_LAYER_OVERHEAD_S,
 }
-# LLaMA-Factory's enable_liger_kernel without checkpointing: steady tokens/s over the same run without it,
-# measured on the H200 at micro-batch 16 (3B DDP 24,179 / 19,607 = 1.23; 8B ZeRO-2 15,080 / 12,538 = 1.20;
-# 8B DDP 13,014 / 11,217 of the previous session = 1.16; bench/gpu/results/grid4/): the compute term is
-# divided by their geometric mean. With checkpointing: unmeasured, no gain assumed.
+# LLaMA-Factory's enable_liger_kernel without checkpointing: steady tokens/s over the same configuration
+# without it, measured on the H200 at micro-batch 16 (3B DDP 24,179 / 19,607 = 1.23; 8B ZeRO-2 15,080 /
+# 12,538 = 1.20; 8B DDP 13,014 / 11,597, the latter from the probe's 4 steps = 1.12; bench/gpu/results/grid4/,
+# grid5/): the compute term is divided by 1.20, the two grid-cell pairs. With checkpointing: unmeasured.
 LIGER_SPEEDUP = 1.20
 # Adam's bytes touched per trainable parameter and step (see module docstring), and achievable fractions.
 ADAM_BYTES_PER_PARAM = 36
