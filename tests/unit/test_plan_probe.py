@@ -241,3 +241,32 @@ def test_plan_probe_in_the_job_spec_ships_the_probed_pick(tmp_path: Path):
     assert record["mode"] == "probe"
     assert record["probe"]["pick"]["strategy"] == "none"
     assert summary_line(probed).startswith("plan: probe (")
+
+
+def test_plan_command_probe_prints_the_probe_and_json_carries_it(tmp_path: Path, capsys, monkeypatch):
+    from test_plan_wiring import _cli  # noqa: PLC0415
+
+    from launcher.engine import probe as engine_probe  # noqa: PLC0415
+
+    made: list[FakeGpuProber] = []
+
+    def fake_prober(job: object, host: str, inventory: object, workdir: object, out: object) -> FakeGpuProber:
+        assert host == "n1"  # the job's first node
+        made.append(FakeGpuProber({Strategy.NONE: 1.3}))
+        return made[-1]
+
+    monkeypatch.setattr(engine_probe, "LauncherProber", fake_prober)
+    monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
+    path = _job(tmp_path, "deepspeed: auto\nplan: auto\n")
+    assert _cli([str(path), "--hardware", "h200", "--probe", "--probe-steps", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "Probe (3 steps each, budget 120 s)" in text
+    assert "Picked by measurement: no DeepSpeed (DDP), micro-batch 16" in text
+    assert [steps for _, steps, _ in made[0].calls] == [3, 3]  # 2 candidates by default
+    assert _cli([str(path), "--hardware", "h200", "--probe", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"strategies", "choice", "training_plan"}
+    probe = out["training_plan"]["probe"]
+    assert probe["pick"]["strategy"] == "none"
+    assert [r["status"] for r in probe["runs"]] == ["measured", "measured"]
+    assert out["training_plan"]["choice"] == "none"
