@@ -55,15 +55,18 @@ PEAK_CODE = (
 )
 
 
+PLANNED = ("auto", "probe", "planprobe")  # configs the planner picks (job spec plan: auto / probe; the CLI)
+
+
 def parse_config(text: str) -> tuple[Strategy, Split] | None:
-    """Return the strategy and split of ``STRATEGY:MBxACC:ck|nock`` (None for ``auto``)."""
-    if text == "auto":
+    """Return the strategy and split of ``STRATEGY:MBxACC:ck|nock[:liger]`` (None for a planned config)."""
+    if text.removesuffix(":liger") in PLANNED:
         return None
-    strategy, split, ck = text.split(":")
+    strategy, split, ck = text.removesuffix(":liger").split(":")
     micro, accumulation = (int(x) for x in split.split("x"))
     if ck not in ("ck", "nock"):
         raise SystemExit(f"{text}: expected ck or nock after the split")
-    return Strategy(strategy), Split(micro, accumulation, ck == "ck")
+    return Strategy(strategy), Split(micro, accumulation, ck == "ck", text.endswith(":liger"))
 
 
 def safe(text: str) -> str:
@@ -89,7 +92,12 @@ def write_job(
     train["max_steps"] = steps
     job: dict[str, Any] = {"name": f"grid-{shape}-{safe(config)}", "train_config": "train.yaml"}
     if parsed is None:
-        job.update(plan="auto", deepspeed="auto")
+        planned = config.removesuffix(":liger")
+        job.update(plan="auto" if planned == "auto" else "probe", deepspeed="auto")
+        if config.endswith(":liger"):
+            job["plan_liger"] = True  # the plan may switch liger on (the YAML leaves it off)
+    elif config.endswith(":liger"):
+        train["enable_liger_kernel"] = True
     else:
         strategy, split = parsed
         train.update(
@@ -175,7 +183,7 @@ def main() -> None:
         peak = measure_peak_tflops()
     cluster = Cluster(nodes=1, gpus_per_node=1, gpu_mem_gib=gpu_mem, host_mem_gib=host_mem_gib())
     shape = load_shape(assets / "model")
-    plan = plan_training_from_yaml(shape, base, cluster, accelerator=H200)
+    plan = plan_training_from_yaml(shape, base, cluster, accelerator=H200, liger=True)
     tokens_per_step = args.global_batch * int(base["cutoff_len"])
     print(
         f"shape {args.shape} ({shape.total_params() / 1e9:.2f} B params), global batch {args.global_batch} x "
@@ -202,6 +210,9 @@ def main() -> None:
             print(f"== {config}: NOT RUN ({left:.0f}s left before the deadline)", flush=True)
             rows.append({"config": config, "not_run": True})
             continue
+        if config.startswith("planprobe"):
+            rows.append(plan_probe_cli(job, jdir, gpu_mem, min(args.run_timeout_s, left - 10)))
+            continue
         row = run_launcher(config, job, jdir / "runs", args.steps, min(args.run_timeout_s, left - 10))
         row.update(hook_numbers(jdir))
         row["config"] = config
@@ -209,17 +220,23 @@ def main() -> None:
         if row.get("run_id"):
             record = json.loads((jdir / "runs" / row["run_id"] / "record.json").read_text())
         row["plan_record"] = record.get("plan")
+        row["probe_s"] = probe_seconds(record)
         parsed = parse_config(config)
         if parsed is None and record.get("plan", {}).get("choice"):
             ch = record["plan"]["choice"]
             parsed = (
                 Strategy(ch["strategy"]),
-                Split(ch["micro_batch"], ch["gradient_accumulation_steps"], ch["gradient_checkpointing"]),
+                Split(
+                    ch["micro_batch"],
+                    ch["gradient_accumulation_steps"],
+                    ch["gradient_checkpointing"],
+                    bool(ch.get("liger")),
+                ),
             )
         cand = candidate_of(plan, *parsed) if parsed else None
         row["ran"] = (
             f"{parsed[0].value} mb{parsed[1].micro_batch}x{parsed[1].accumulation} "
-            f"{'ck' if parsed[1].checkpointing else 'nock'}"
+            f"{'ck' if parsed[1].checkpointing else 'nock'}{' liger' if parsed[1].liger else ''}"
             if parsed
             else "-"
         )
@@ -251,6 +268,46 @@ def main() -> None:
     )
 
 
+def probe_seconds(record: dict[str, Any]) -> float | None:
+    """Return the seconds a run spent probing (its timeline's ``probing`` entry to the next one)."""
+    timeline = record.get("timeline") or []
+    for i, entry in enumerate(timeline[:-1]):
+        if entry.get("status") == "probing":
+            return round(float(timeline[i + 1]["t"]) - float(entry["t"]), 1)
+    return None
+
+
+def plan_probe_cli(job: Path, jdir: Path, gpu_mem: float, timeout: float) -> dict[str, Any]:
+    """Run ``python -m launcher plan JOB --probe`` (H200 preset, this GPU's memory); time it, keep output."""
+    cmd = [
+        sys.executable, "-m", "launcher", "plan", str(job), "--probe", "--json", "--hardware", "h200",
+        "--gpu-mem-gib", f"{gpu_mem:.1f}", "-i", str(REPO / "inventory" / "gpu-local"),
+    ]  # fmt: skip
+    env = {**os.environ, "MIFT_RUNS_DIR": str(jdir / "runs")}
+    t0 = time.time()
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    wall = time.time() - t0
+    (jdir / "plan_probe.json").write_text(proc.stdout)
+    (jdir / "plan_probe.err").write_text(proc.stderr)
+    try:
+        probe = json.loads(proc.stdout)["training_plan"]["probe"]
+    except (ValueError, KeyError, TypeError):
+        probe = None
+    pick = (probe or {}).get("pick") or {}
+    ran = (
+        f"{pick['strategy']} mb{pick['micro_batch']}x{pick['gradient_accumulation_steps']} "
+        f"{'ck' if pick['gradient_checkpointing'] else 'nock'}"
+        if pick
+        else "-"
+    )
+    print(f"== planprobe: rc {proc.returncode}, {wall:.0f} s, pick {ran}\n{proc.stderr[-3000:]}", flush=True)
+    if probe:
+        print(json.dumps(probe["runs"], indent=1), flush=True)
+    return {"config": "planprobe", "rc": proc.returncode, "wall_s": wall, "pick": ran, "probe": probe}
+
+
 def _workload(plan: TrainingPlan, parsed: tuple[Strategy, Split] | None) -> Workload:
 
     split = parsed[1] if parsed else plan.as_written
@@ -278,7 +335,16 @@ def report(
             continue
         est, peak_mib = r.get("est_gpu_mib"), r.get("peak_smi_mib")
         ratio = f"{est / peak_mib:.2f}" if est and peak_mib else "-"
-        label = "auto (plan: auto)" if r["config"] == "auto" else r["config"]
+        if r["config"].startswith("planprobe"):
+            lines.append(
+                f"| launcher plan --probe | {r['pick']} | wall {r['wall_s']:.0f} s, rc {r['rc']} |" + " |" * 8
+            )
+            continue
+        label = {
+            "auto": "auto (plan: auto)",
+            "probe": f"probe (plan: probe, probe {r.get('probe_s')} s)",
+            "probe:liger": f"probe (plan: probe, plan_liger, probe {r.get('probe_s')} s)",
+        }.get(r["config"], r["config"])
         eff = r.get("tokens_per_s")
         cells = [
             label,
@@ -298,6 +364,16 @@ def report(
     checks = []
     best = max(done, key=lambda r: r["steady_tokens_per_s"], default=None)
     auto, yaml_split = by.get("auto"), by.get("none:2x8:ck")
+    probe = by.get("probe:liger") or by.get("probe")
+    if probe and best:
+        share = probe["steady_tokens_per_s"] / best["steady_tokens_per_s"]
+        checks.append(
+            f"plan: probe (-> {probe['ran']}) vs best measured ({best['config']}): {share:.0%} "
+            f"({'meets' if share >= 0.9 else 'MISSES'} >= 90%)"
+        )
+    if probe and yaml_split:
+        x = probe["steady_tokens_per_s"] / yaml_split["steady_tokens_per_s"]
+        checks.append(f"plan: probe vs the YAML's split: {x:.2f}x ({'meets' if x >= 2 else 'MISSES'} >= 2x)")
     if auto and best:
         share = auto["steady_tokens_per_s"] / best["steady_tokens_per_s"]
         checks.append(

@@ -120,6 +120,36 @@ def inventory_names(inventory: Path) -> tuple[set[str], set[str]]:
     return hosts, groups
 
 
+def first_host(spec: JobSpec, inventory: Path | None) -> str:
+    """Return the job's first node: the first of its host list, else the first host of its first group."""
+    if isinstance(spec.hosts, list):
+        return spec.hosts[0]
+    inv = inventory or default_inventory()
+    data = inventory_list(inv) if inv is not None else {}
+    for name in (p.strip() for p in spec.hosts.split(",") if p.strip()):
+        found = _first_in_group(data, name, set())
+        if found:
+            return found
+        if name in ((data.get("_meta") or {}).get("hostvars") or {}):
+            return name
+    raise ConfigurationError(f"hosts: {spec.hosts}: no host found in the inventory {inv}")
+
+
+def _first_in_group(data: dict[str, Any], group: str, seen: set[str]) -> str | None:
+    entry = data.get(group)
+    if group in seen or not isinstance(entry, dict):
+        return None
+    seen.add(group)
+    hosts = entry.get("hosts") or []
+    if hosts:
+        return str(hosts[0])
+    for child in entry.get("children") or []:
+        found = _first_in_group(data, str(child), seen)
+        if found:
+            return found
+    return None
+
+
 def check_hosts(spec: JobSpec, inventory: Path | None, source: Path) -> None:
     """Raise ConfigurationError when a host or group the job names is not in the inventory."""
     inv = inventory or default_inventory()

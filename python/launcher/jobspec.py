@@ -69,11 +69,14 @@ class JobSpec(_Strict):
     # "DeepSpeed")
     deepspeed: Literal["auto", "none"] | Path | None = None
     # as_written: the training YAML's micro-batch, accumulation and checkpointing as they are; auto: the
-    # planner re-splits the same global batch (launcher.engine.split, docs/planner.md "Opting in")
-    plan: Literal["as_written", "auto"] = "as_written"
+    # planner re-splits the same global batch (launcher.engine.split, docs/planner.md "Opting in"); probe: as
+    # auto, after a few steps of the best candidates on the first node, picked by measurement
+    plan: Literal["as_written", "auto", "probe"] = "as_written"
     # the model's config.json (or its folder) on the controller, for the planner, when the training YAML's
     # model_name_or_path is a node path the controller does not have and no bundled config matches it
     plan_model_config: Path | None = None
+    # the nodes have liger-kernel: plan auto/probe may switch LLaMA-Factory's enable_liger_kernel on
+    plan_liger: bool = False
     hosts: str | list[str] = "trainers"
     nproc_per_node: Annotated[int, Field(gt=0)] | None = None
     master_addr: str | None = None

@@ -115,7 +115,7 @@ def test_plan_defaults_to_as_written_and_unknown_values_are_refused(tmp_path):
     with pytest.raises(ConfigurationError) as err:
         load_job_spec_bytes(b"name: j\ntrain_config: t.yaml\nplan: fastest\n", tmp_path / "job.yaml")
     assert str(err.value).count("\n") == 0
-    assert "plan: Input should be 'as_written' or 'auto'" in str(err.value)
+    assert "plan: Input should be 'as_written', 'auto' or 'probe'" in str(err.value)
 
 
 def test_as_written_ships_the_yaml_split_unchanged(tmp_path):
@@ -137,8 +137,8 @@ def test_auto_rewrites_the_shipped_yaml_keeping_the_global_batch_and_validates_t
     assert shipped["gradient_accumulation_steps"] == 1
     assert shipped["disable_gradient_checkpointing"] is True
     assert shipped["per_device_train_batch_size"] * shipped["gradient_accumulation_steps"] * 1 == 2 * 8 * 1
-    assert plan.deepspeed_name == "none"
-    assert DS_FILE not in plan.files and "deepspeed" not in shipped
+    assert plan.deepspeed_name == "zero2"  # measured faster than DDP at this split on the H200
+    assert DS_FILE in plan.files and shipped["deepspeed"] == DS_FILE
     report = validate_plan(plan, builtin=True)  # what ships is what is validated
     assert not report.problems
     record = record_of(plan.training)
@@ -151,10 +151,10 @@ def test_auto_rewrites_the_shipped_yaml_keeping_the_global_batch_and_validates_t
         "gradient_accumulation_steps": 1,
         "disable_gradient_checkpointing": True,
     }
-    assert record["predicted_gain"] == pytest.approx(2.23, abs=0.02)
+    assert record["predicted_gain"] == pytest.approx(2.11, abs=0.02)
     assert record["accelerator"] == "H200"
     assert summary_line(plan.training).startswith(
-        "plan: auto: no DeepSpeed (DDP), micro-batch 16 x accumulation 1, checkpointing off (global batch 16;"
+        "plan: auto: ZeRO-2, micro-batch 16 x accumulation 1, checkpointing off (global batch 16;"
     )
 
 
@@ -262,8 +262,8 @@ def test_plan_command_prints_the_candidate_table_the_reason_and_the_gain(tmp_pat
         assert column in header
     assert "yes <- choice" in text and "(YAML's split)" in text
     assert "plan: as_written" in text and "`plan: auto` would apply this choice" in text
-    assert "Chose no DeepSpeed (DDP), micro-batch 16 x accumulation 1, checkpointing off" in text
-    assert "2.2x the YAML's split (micro-batch 2 x accumulation 8, checkpointing on" in text
+    assert "Chose ZeRO-2, micro-batch 16 x accumulation 1, checkpointing off" in text
+    assert "2.1x the YAML's split (micro-batch 2 x accumulation 8, checkpointing on" in text
 
 
 def test_plan_command_json_keeps_its_keys_and_adds_the_training_plan(tmp_path, capsys):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,8 +13,10 @@ from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import BAD_INPUT, OK, ExitCode
 
 if TYPE_CHECKING:
+    from launcher.engine.load import LoadedJob
     from launcher.planning.hardware import Accelerator
     from launcher.planning.memory import Cluster
+    from launcher.planning.training import TrainingPlan
 
 
 # Hardware presets: GPUs per node, usable HBM per GPU (GiB), host RAM (GiB).
@@ -48,6 +52,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--gpu-mem-gib", type=float, help="usable memory per GPU in GiB")
     p.add_argument("--host-mem-gib", type=float, help="RAM per host in GiB")
     p.add_argument("--margin", type=float, help="safety margin (default: launcher.plan.SAFETY_MARGIN, 0.1)")
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="run the best candidates for a few steps on the job's first node (python -m launcher run) and "
+        "pick by measured tokens/s",
+    )
+    p.add_argument(
+        "-i", "--inventory", type=Path, help="Ansible inventory for --probe (default: ansible.cfg's)"
+    )
+    p.add_argument("--probe-candidates", type=int, default=None, help="candidates to probe (default: 3)")
+    p.add_argument("--probe-steps", type=int, default=None, help="optimizer steps per candidate (default: 4)")
+    p.add_argument(
+        "--probe-budget-s", type=float, default=None, help="seconds for the whole probe (default: 120)"
+    )
     p.set_defaults(func=run)
     return p
 
@@ -84,6 +102,27 @@ def _accelerator(args: argparse.Namespace) -> Accelerator:
     return ACCELERATORS[args.hardware]
 
 
+def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> TrainingPlan:
+    """Run the probe on the job's first node; progress goes to stderr (stdout keeps the table or JSON)."""
+    from launcher.engine.probe import LauncherProber, probe_workdir  # noqa: PLC0415
+    from launcher.inventory import first_host  # noqa: PLC0415
+    from launcher.planning import probe  # noqa: PLC0415
+
+    count = args.probe_candidates or probe.DEFAULT_CANDIDATES
+    steps = args.probe_steps or probe.DEFAULT_STEPS
+    budget = args.probe_budget_s or probe.DEFAULT_BUDGET_S
+    if count <= 0 or steps < 2 or budget <= 0:
+        raise ConfigurationError(
+            "--probe-candidates must be >= 1, --probe-steps >= 2 and --probe-budget-s > 0"
+        )
+    inventory = args.inventory.resolve() if args.inventory else None
+    if inventory is not None and not inventory.exists():
+        raise ConfigurationError(f"{args.inventory}: inventory not found")
+    host = first_host(job.spec, inventory)
+    prober = LauncherProber(job, host, inventory, probe_workdir(job.spec.name), sys.stderr)
+    return probe.run_probe(training, prober, count=count, steps=steps, budget_s=budget, clock=time.monotonic)
+
+
 def run(args: argparse.Namespace) -> ExitCode:
     """Print the plan; exit 2 when nothing fits. The job is read by the engine's one loader.
 
@@ -108,7 +147,9 @@ def run(args: argparse.Namespace) -> ExitCode:
     training = plan_job(
         job, train, cluster, accelerator=_accelerator(args), model_config=model_config, margin=margin
     )
-    applies = spec.plan == "auto"
+    if args.probe:
+        training = _probe(args, job, training)
+    applies = spec.plan != "as_written"
     if args.json:
         print(
             json.dumps(
@@ -117,7 +158,8 @@ def run(args: argparse.Namespace) -> ExitCode:
         )
     else:
         how = (
-            "the job spec says plan: auto: `run` applies this choice"
+            f"the job spec says plan: {spec.plan}: `run` applies "
+            + ("this choice" if spec.plan == "auto" else "the choice of its own probe")
             if applies
             else "the job spec runs the YAML as written (plan: as_written); "
             "`plan: auto` would apply this choice"

@@ -143,14 +143,22 @@ def _deepspeed(
 
 
 def _configs(
-    job: LoadedJob, facts: NodeFacts, run_id: str, resume: ResumeFrom | None
+    job: LoadedJob,
+    facts: NodeFacts,
+    run_id: str,
+    resume: ResumeFrom | None,
+    training: TrainingPlan | None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None, str, str, TrainingPlan | None]:
-    """Return the shipped training config, DeepSpeed config, DeepSpeed name, output_dir and the plan."""
+    """Return the shipped training config, DeepSpeed config, DeepSpeed name, output_dir and the plan.
+
+    ``training``: a plan already made (``plan: probe`` probes before this); else ``plan: auto`` plans here.
+    """
     from launcher.engine.split import auto_plan  # noqa: PLC0415 - only for plan: auto
 
     spec = job.spec
     train = copy.deepcopy(dict(job.train.data))
-    training = auto_plan(job, train, facts) if spec.plan == "auto" else None
+    if training is None and spec.plan != "as_written":
+        training = auto_plan(job, train, facts)
     if training is not None:
         # the same global batch, re-split: micro-batch, accumulation, checkpointing (validated after this)
         train.update(training.yaml_overrides())
@@ -183,10 +191,19 @@ def _configs(
     return train, ds, name, output_dir, training
 
 
-def build_plan(job: LoadedJob, facts: NodeFacts, run_id: str, resume: ResumeFrom | None = None) -> RunPlan:
-    """Build the run plan: the shipped files' bytes, the per-node environment and job description."""
+def build_plan(
+    job: LoadedJob,
+    facts: NodeFacts,
+    run_id: str,
+    resume: ResumeFrom | None = None,
+    training: TrainingPlan | None = None,
+) -> RunPlan:
+    """Build the run plan: the shipped files' bytes, the per-node environment and job description.
+
+    ``training``: the training plan to apply (``plan: probe``, probed before); None: planned here if asked.
+    """
     spec = job.spec
-    train, ds, ds_name, output_dir, training = _configs(job, facts, run_id, resume)
+    train, ds, ds_name, output_dir, training = _configs(job, facts, run_id, resume, training)
     files = {TRAIN_FILE: yaml.safe_dump(train, sort_keys=False).encode()}
     if ds is not None:
         files[DS_FILE] = (json.dumps(ds, indent=2) + "\n").encode()

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from launcher.engine.load import LoadedJob
     from launcher.preflight import NodeFacts
 
-PLAN_MODES = ("as_written", "auto")
+PLAN_MODES = ("as_written", "auto", "probe")
 # DeepSpeed keys that fix the batch split; a pinned DeepSpeed file must leave them "auto" (or out) under
 # plan: auto, or the trainer would refuse the re-split YAML (DeepSpeed checks micro x accumulation x world).
 DS_BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -105,6 +105,7 @@ def plan_job(
         accelerator=accelerator,
         strategies=planned_strategies(job),
         margin=margin,
+        liger=job.spec.plan_liger,
     )
 
 
@@ -127,7 +128,7 @@ def record_of(plan: TrainingPlan | None) -> dict[str, Any]:
     choice = plan.choice
     assert choice is not None  # auto_plan refuses a plan without a choice
     return {
-        "mode": "auto",
+        "mode": "probe" if plan.probe is not None else "auto",
         "global_batch": plan.global_batch,
         "choice": choice.as_json(),
         "as_written": plan.yaml_best.as_json() if plan.yaml_best else None,
@@ -135,6 +136,7 @@ def record_of(plan: TrainingPlan | None) -> dict[str, Any]:
         "predicted_gain": round(plan.gain, 3) if plan.gain else None,
         "accelerator": plan.accelerator.name,
         "reason": plan.reason(),
+        "probe": plan.probe.as_json() if plan.probe else None,
     }
 
 
@@ -143,7 +145,13 @@ def summary_line(plan: TrainingPlan) -> str:
     choice = plan.choice
     assert choice is not None
     gain = f", predicted {plan.gain:.2f}x the YAML's split" if plan.gain else ""
+    mode = "auto"
+    if plan.probe is not None:
+        rate = plan.probe.pick_tokens_per_s
+        mode = (
+            f"probe ({rate:,.0f} tokens/s measured)" if rate else "probe (nothing measured: model's choice)"
+        )
     return (
-        f"plan: auto: {choice.describe()} (global batch {plan.global_batch}; "
+        f"plan: {mode}: {choice.describe()} (global batch {plan.global_batch}; "
         f"{choice.tokens_per_s:,.0f} tokens/s predicted on {plan.accelerator.name}{gain})"
     )

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
     from launcher.engine.load import LoadedJob
     from launcher.engine.plan import ResumeFrom
+    from launcher.planning.training import TrainingPlan
+    from launcher.preflight import NodeFacts
     from launcher.problems import FileReport
     from launcher.runner import PlaybookRunner
 
@@ -159,12 +161,35 @@ def run_job(
                 output_dir=resume.output_dir if resume else None,
                 checkpoints_of=resume.output_dir if resume else None,
             )
-            plan = build_plan(job, facts, run_id, resume)
+            training = probe_before_run(job, facts, inv, run, out) if spec.plan == "probe" else None
+            plan = build_plan(job, facts, run_id, resume, training)
             _refuse(validate_plan(plan))
         except LauncherError as err:
             run.set_status("stopped" if interrupted.is_set() else "rejected", str(err))
             raise
         return _ship_and_follow(run, runner, plan, interrupted=interrupted, detach=detach, out=out)
+
+
+def probe_before_run(
+    job: LoadedJob, facts: NodeFacts, inventory: Path | None, run: RunDir, out: IO[str]
+) -> TrainingPlan:
+    """``plan: probe``: plan as ``auto``, run the best candidates for a few steps on the first node, pick by
+    measurement (:mod:`launcher.planning.probe`); the probe runs are runs of their own, named
+    ``<name>-probe<i>``.
+    """
+    from launcher.engine.probe import LauncherProber  # noqa: PLC0415 - only for plan: probe
+    from launcher.engine.split import auto_plan  # noqa: PLC0415
+    from launcher.planning.probe import run_probe  # noqa: PLC0415
+
+    training = auto_plan(job, dict(job.train.data), facts)
+    run.set_status("probing")
+    workdir = run.path / "probe"
+    prober = LauncherProber(job, facts.master, inventory, workdir, out)
+    probed = run_probe(training, prober, clock=time.monotonic)
+    assert probed.probe is not None
+    print(probed.probe.reason(), file=out, flush=True)
+    run.set_status("preflight")
+    return probed
 
 
 def _write_node_files(run: RunDir, plan: RunPlan) -> None:

@@ -43,6 +43,10 @@ SHAPES = {"3b": SHAPE_3B, "8b": SHAPE_8B}
 H200_CLUSTER = Cluster(nodes=1, gpus_per_node=1, gpu_mem_gib=140.4, host_mem_gib=125)
 # Seconds of the first step beyond a steady one in the measured short runs (fitted with the speed constants).
 WARMUP_S = 4.0
+# DeepSpeed's first step costs more (engine set-up, buckets): seconds per billion parameters beyond WARMUP_S,
+# fitted with ZeRO-2's overhead on its runs (effective and steady). ZeRO-3's fit keeps WARMUP_S alone (not
+# refitted: no steady ZeRO-3 run).
+DEEPSPEED_WARMUP_S_PER_BPARAM = 1.5
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,10 @@ RUNS = (
     Run("3b", ALL, 2, 502, 12, "gpu-lab", 7851),
     Run("8b", N, 2, 4500, None, "issue #16", accumulation=8),
     Run("8b", N, 8, 9000, None, "issue #16 (~2x)", accumulation=2, checkpointing=False),
+    # steady tokens/s (memhook, optimizer steps 2..6) through `launcher run`, bench/gpu/results/grid3-5/
+    Run("3b", Z2, 16, 23828, None, "grid3 steady", 60931, checkpointing=False),
+    Run("8b", Z2, 16, 12538, None, "grid4 steady", 109717, checkpointing=False),
+    Run("3b", Z2, 16, 23399, None, "grid5 steady", 60931, checkpointing=False),
 )
 # The issue's 3B gain: the best split without checkpointing ran ~2.5x micro-batch 2 x 8 with checkpointing.
 ISSUE_3B_GAIN = 2.5
@@ -124,14 +132,23 @@ def _micro_terms(run: Run, s: Strategy) -> tuple[float, float, float]:
     return w.model.layers, at_peak, overhead
 
 
-def _model_tokens_per_s(run: Run, c: SpeedConstants, strategy_overhead_s: float = 0.0) -> float:
+def _model_tokens_per_s(
+    run: Run, c: SpeedConstants, strategy_overhead_s: float = 0.0, ds_warmup_per_bparam: float = 0.0
+) -> float:
     layers, at_peak, _ = _micro_terms(run, run.strategy)
     micro = layers * (c.layer_overhead_s + strategy_overhead_s) + at_peak / c.efficiency
     step = run.accumulation * micro
     tokens = run.accumulation * run.micro_batch * 1024
     if run.steps is None:
         return tokens / step
-    return run.steps * tokens / (c.warmup_s + run.steps * step)
+    warmup = c.warmup_s + ds_warmup_per_bparam * SHAPES[run.shape].total_params() / 1e9
+    return run.steps * tokens / (warmup + run.steps * step)
+
+
+def warmup_s(run: Run) -> float:
+    """Return the first step's extra seconds the comparison of a short run assumes."""
+    extra = DEEPSPEED_WARMUP_S_PER_BPARAM * SHAPES[run.shape].total_params() / 1e9
+    return WARMUP_S + (extra if run.strategy is Strategy.ZERO2 else 0.0)
 
 
 def issue_3b_gain(c: SpeedConstants) -> float:
@@ -166,16 +183,30 @@ OVERHEAD_GROUPS = (
 
 def fit_strategy_overhead(group: tuple[Strategy, ...], c: SpeedConstants) -> float:
     """Fit the extra seconds per layer per micro-batch of DeepSpeed strategies to their measured runs."""
+    return fit_strategy_terms(group, c)[0]
+
+
+def fit_strategy_terms(group: tuple[Strategy, ...], c: SpeedConstants) -> tuple[float, float]:
+    """Fit (extra seconds per layer per micro-batch, DeepSpeed warm-up seconds per billion parameters).
+
+    ZeRO-2 fits both on its runs (its steady runs tell the per-step cost from the first step's); the overhead
+    may be down to -1 ms (less host time than without DeepSpeed). ZeRO-3 fits the overhead alone (warm-up 0:
+    no steady run), its runs' checkpointing on (3 passes): the overhead enters unscaled.
+    """
     runs = [r for r in RUNS if r.strategy in group and r.tokens_per_s]
-    best: tuple[float, float] | None = None
-    for ms in range(151):
-        extra = ms / 1000
-        # the runs all had checkpointing on (3 passes): the overhead enters unscaled
-        err = sum(math.log(_model_tokens_per_s(r, c, extra) / (r.tokens_per_s or 1)) ** 2 for r in runs)
-        if best is None or err < best[0]:
-            best = (err, extra)
+    joint = group == (Strategy.ZERO2,)
+    best: tuple[float, float, float] | None = None
+    for half_ms in range(-2 if joint else 0, 301, 1 if joint else 2):  # ZeRO-3: 1 ms steps, as first fitted
+        extra = half_ms / 2000
+        for quarter_s in range(41 if joint else 1):
+            ds = quarter_s / 4
+            err = sum(
+                math.log(_model_tokens_per_s(r, c, extra, ds) / (r.tokens_per_s or 1)) ** 2 for r in runs
+            )
+            if best is None or err < best[0]:
+                best = (err, extra, ds)
     assert best is not None
-    return best[1]
+    return best[1], best[2]
 
 
 def predicted_tokens_per_s(run: Run) -> float:
@@ -184,7 +215,7 @@ def predicted_tokens_per_s(run: Run) -> float:
     t = speed.step_time(w, run.strategy, H200_CLUSTER, H200, run.accumulation)
     if run.steps is None:
         return t.tokens / t.total
-    return run.steps * t.tokens / (WARMUP_S + run.steps * t.total)
+    return run.steps * t.tokens / (warmup_s(run) + run.steps * t.total)
 
 
 def estimated_peak_mib(run: Run) -> float:
@@ -220,8 +251,11 @@ def main() -> None:
     base = fit_speed_constants()
     print(f"fit (no DeepSpeed runs): {base}")
     for group in OVERHEAD_GROUPS:
-        extra = fit_strategy_overhead(group, base) * 1000
-        print(f"fit {', '.join(s.value for s in group)}: {extra:.0f} ms per layer per micro-batch")
+        extra, ds = fit_strategy_terms(group, base)
+        print(
+            f"fit {', '.join(s.value for s in group)}: {extra * 1000:.0f} ms per layer per micro-batch, "
+            f"DeepSpeed first step +{ds} s per billion parameters"
+        )
     print(f"3B gain (issue: ~{ISSUE_3B_GAIN}x): {issue_3b_gain(base):.2f}x")
     print(comparison_table())
 

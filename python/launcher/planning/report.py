@@ -50,6 +50,7 @@ TRAINING_COLUMNS = (
     "micro-batch",
     "accumulation",
     "checkpointing",
+    "liger",
     "GPU GiB",
     "host GiB",
     "tokens/s",
@@ -81,6 +82,7 @@ def render_training(plan: TrainingPlan, limit: int | None = 20) -> str:
                 str(c.split.micro_batch),
                 str(c.split.accumulation),
                 "on" if c.split.checkpointing else "off",
+                "on" if c.split.liger else "off",
                 f"{c.estimate.gpu_total / GIB:.1f}",
                 f"{c.estimate.host / GIB:.1f}",
                 f"{c.tokens_per_s:,.0f}",
@@ -98,4 +100,40 @@ def render_training(plan: TrainingPlan, limit: int | None = 20) -> str:
         f"({cl.nodes} node(s) x {cl.gpus_per_node}, {cl.gpu_mem_gib:.1f} GiB each, {plan.accelerator.name}); "
         f"cutoff_len {plan.workload.cutoff_len}; safety margin {plan.margin:.0%}"
     )
-    return f"{head}\n\n{table}{more}\n\n{plan.reason()}"
+    probe = f"\n\n{render_probe(plan)}" if plan.probe is not None else ""
+    return f"{head}\n\n{table}{more}{probe}\n\n{plan.reason()}"
+
+
+PROBE_COLUMNS = (
+    "probed",
+    "status",
+    "predicted tokens/s",
+    "measured tokens/s",
+    "measured/predicted",
+    "wall s",
+)
+
+
+def render_probe(plan: TrainingPlan) -> str:
+    """Return the probe's table: each probed candidate, predicted next to measured tokens/s."""
+    probe = plan.probe
+    if probe is None:
+        return ""
+    pick = probe.pick
+    rows = [list(PROBE_COLUMNS)]
+    for m, t in zip(probe.measures, probe.job_tokens_per_s, strict=True):
+        c = m.candidate
+        rows.append(
+            [
+                c.describe() + (" <- pick" if c is pick else ""),
+                m.status,
+                f"{c.tokens_per_s:,.0f}",
+                f"{t:,.0f}" if t is not None else "-",
+                f"{t / c.tokens_per_s:.2f}" if t is not None else "-",
+                f"{m.wall_s:.0f}" if m.wall_s is not None else "-",
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(PROBE_COLUMNS))]
+    return f"Probe ({probe.steps} steps each, budget {probe.budget_s:.0f} s)\n" + "\n".join(
+        _row(r, widths) for r in rows
+    )

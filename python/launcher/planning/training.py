@@ -20,7 +20,7 @@ Entry points for the engine and the CLI::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.planning.dsconfig import deepspeed_config
@@ -28,6 +28,9 @@ from launcher.planning.hardware import MI300X, Accelerator
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Estimate, Strategy, Workload, estimate
 from launcher.planning.model import LINEAR_MODULES, ModelShape
 from launcher.planning.speed import StepTime, achieved_efficiency, step_time
+
+if TYPE_CHECKING:
+    from launcher.planning.probe import ProbeOutcome
 
 SAFETY_MARGIN = 0.10  # a candidate fits when estimate x (1 + margin) <= capacity (the same as launcher.plan)
 # LLaMA-Factory's flash_attn values (0.9.5: auto, disabled, sdpa, fa2, fa3) -> the attention the memory model
@@ -42,12 +45,13 @@ class Split:
     micro_batch: int
     accumulation: int
     checkpointing: bool
+    liger: bool = False  # LLaMA-Factory's enable_liger_kernel
 
     def describe(self) -> str:
-        """Return e.g. ``micro-batch 8 x accumulation 2, checkpointing off``."""
+        """Return e.g. ``micro-batch 8 x accumulation 2, checkpointing off`` (``, liger`` when on)."""
         return (
             f"micro-batch {self.micro_batch} x accumulation {self.accumulation}, "
-            f"checkpointing {'on' if self.checkpointing else 'off'}"
+            f"checkpointing {'on' if self.checkpointing else 'off'}{', liger' if self.liger else ''}"
         )
 
 
@@ -80,6 +84,7 @@ class Candidate:
             "micro_batch": self.split.micro_batch,
             "gradient_accumulation_steps": self.split.accumulation,
             "gradient_checkpointing": self.split.checkpointing,
+            "liger": self.split.liger,
             "gpu_mem_gib": round(self.estimate.gpu_total / GIB, 2),
             "host_mem_gib": round(self.estimate.host / GIB, 2),
             "tokens_per_s": round(self.tokens_per_s, 1),
@@ -121,10 +126,24 @@ class TrainingPlan:
     as_written: Split
     candidates: tuple[Candidate, ...]
     margin: float
+    probe: ProbeOutcome | None = None  # set by launcher.planning.probe.run_probe: the choice is measured
+
+    @property
+    def predicted_choice(self) -> Candidate | None:
+        """Return the model's choice: the fastest predicted candidate that fits."""
+        fitting = [c for c in self.candidates if c.fits]
+        if not fitting:
+            return None
+        return max(fitting, key=lambda c: (c.tokens_per_s, c.split == self.as_written, -_rank(c.strategy)))
 
     @property
     def choice(self) -> Candidate | None:
-        """Return the fastest candidate that fits (ties: the YAML's split, then the earlier strategy)."""
+        """Return the probe's measured pick when probed, else the fastest predicted candidate that fits.
+
+        Ties of the prediction: the YAML's split, then the earlier strategy.
+        """
+        if self.probe is not None and self.probe.pick is not None:
+            return self.probe.pick
         fitting = [c for c in self.candidates if c.fits]
         if not fitting:
             return None
@@ -158,11 +177,14 @@ class TrainingPlan:
         choice = self.choice
         if choice is None:
             return {}
-        return {
+        overrides: dict[str, Any] = {
             "per_device_train_batch_size": choice.split.micro_batch,
             "gradient_accumulation_steps": choice.split.accumulation,
             "disable_gradient_checkpointing": not choice.split.checkpointing,
         }
+        if choice.split.liger or self.workload.liger:
+            overrides["enable_liger_kernel"] = choice.split.liger
+        return overrides
 
     def deepspeed_config(self) -> dict[str, Any] | None:
         """Return the chosen strategy's DeepSpeed JSON (None for no DeepSpeed or when nothing fits)."""
@@ -215,6 +237,8 @@ class TrainingPlan:
                 f" Faster but too big, the closest: {best.describe()} ({best.tokens_per_s:,.0f} tokens/s) "
                 f"needs {amount / GIB:.1f} GiB per {where}."
             )
+        if self.probe is not None:
+            text += " " + self.probe.reason()
         return text + unmeasured
 
     def as_json(self) -> dict[str, Any]:
@@ -246,6 +270,7 @@ class TrainingPlan:
             "accelerator": {"name": self.accelerator.name, "measured": self.accelerator.measured},
             "candidates": [c.as_json() for c in self.candidates],
             "margin": self.margin,
+            "probe": self.probe.as_json() if self.probe else None,
         }
 
 
@@ -262,12 +287,14 @@ def plan_training(
     accelerator: Accelerator = MI300X,
     strategies: tuple[Strategy, ...] = SPEED_RANK,
     margin: float = SAFETY_MARGIN,
+    liger: bool = False,
 ) -> TrainingPlan:
     """Build every candidate at the global batch and pick the fastest that fits.
 
     ``workload`` holds the YAML's micro-batch and checkpointing, ``accumulation`` its gradient accumulation;
     ``global_batch`` defaults to micro-batch x accumulation x GPUs. ``strategies`` limits the search (e.g. to
-    the one a job spec pins).
+    the one a job spec pins). ``liger``: the nodes have liger-kernel, so the plan may switch LLaMA-Factory's
+    ``enable_liger_kernel`` on (job spec ``plan_liger``); a YAML that already enables it keeps it on.
     """
     if accumulation <= 0:
         raise ConfigurationError(
@@ -276,17 +303,19 @@ def plan_training(
     batch = global_batch if global_batch is not None else workload.micro_batch * accumulation * cluster.world
     per_gpu = per_gpu_batch(batch, cluster)
     candidates = []
+    kernels = (False, True) if liger and not workload.liger else (workload.liger,)
     for strategy in strategies:
         for micro in divisors(per_gpu):
             for checkpointing in (True, False):
-                split = Split(micro, per_gpu // micro, checkpointing)
-                candidates.append(_candidate(workload, strategy, split, cluster, accelerator, margin))
+                for on in kernels:
+                    split = Split(micro, per_gpu // micro, checkpointing, on)
+                    candidates.append(_candidate(workload, strategy, split, cluster, accelerator, margin))
     return TrainingPlan(
         workload=workload,
         cluster=cluster,
         accelerator=accelerator,
         global_batch=batch,
-        as_written=Split(workload.micro_batch, accumulation, workload.gradient_checkpointing),
+        as_written=Split(workload.micro_batch, accumulation, workload.gradient_checkpointing, workload.liger),
         candidates=tuple(candidates),
         margin=margin,
     )
@@ -295,7 +324,12 @@ def plan_training(
 def _candidate(  # noqa: PLR0917 - private helper, called once
     workload: Workload, s: Strategy, split: Split, c: Cluster, accelerator: Accelerator, margin: float
 ) -> Candidate:
-    w = replace(workload, micro_batch=split.micro_batch, gradient_checkpointing=split.checkpointing)
+    w = replace(
+        workload,
+        micro_batch=split.micro_batch,
+        gradient_checkpointing=split.checkpointing,
+        liger=split.liger,
+    )
     e = estimate(w, s, c)
     t = step_time(w, s, c, accelerator, split.accumulation)
     return Candidate(
@@ -347,6 +381,7 @@ def base_workload(shape: ModelShape, train: dict[str, Any]) -> Workload:
         micro_batch=positive_int(train, "per_device_train_batch_size", 8),  # HF TrainingArguments default
         cutoff_len=positive_int(train, "cutoff_len", 2048),  # LLaMA-Factory default
         gradient_checkpointing=not bool(train.get("disable_gradient_checkpointing", False)),
+        liger=bool(train.get("enable_liger_kernel", False)),
     )
 
 
@@ -378,6 +413,7 @@ def plan_training_from_yaml(
     global_batch: int | None = None,
     strategies: tuple[Strategy, ...] = SPEED_RANK,
     margin: float = SAFETY_MARGIN,
+    liger: bool = False,
 ) -> TrainingPlan:
     """Read the training YAML and plan it (see :func:`plan_training`)."""
     workload, accumulation = read_training_yaml(shape, train)
@@ -389,4 +425,5 @@ def plan_training_from_yaml(
         accelerator=accelerator,
         strategies=strategies,
         margin=margin,
+        liger=liger,
     )

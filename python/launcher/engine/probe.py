@@ -1,0 +1,167 @@
+"""The probe's runner: each candidate as a short ``python -m launcher run`` on the job's first node.
+
+:class:`LauncherProber` writes, per candidate, a job spec (the job's own, with ``hosts`` the first node,
+``plan: as_written``, the candidate's DeepSpeed JSON or ``none`` and a job timeout of the probe budget
+left) and a training YAML (the job's, with the candidate's micro-batch, accumulation and checkpointing,
+``max_steps`` the probe's steps, ``logging_steps: 1``, ``include_num_input_tokens_seen: true`` so that
+LLaMA-Factory logs a precise throughput at every step, and ``save_strategy: "no"``), runs it through the
+engine's own
+:func:`launcher.engine.steps.run_job` (validation, preflight, follow, collect: everything a real run does) and
+reads the steady tokens/s from the collected ``metrics.jsonl``
+(:func:`launcher.planning.probe.steady_tokens_per_s`).
+
+Used by ``launcher plan --probe`` and by ``run`` for a job spec with ``plan: probe``
+(:func:`probe_before_run`). The probe runs' own run directories are kept (``<name>-probe<i>-...``), next
+to the files written for them under ``<work dir>/probe<i>/``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import yaml
+
+from launcher.exceptions import LauncherError
+from launcher.metrics import read_jsonl
+from launcher.planning.dsconfig import deepspeed_config
+from launcher.planning.probe import ProbeMeasure, steady_tokens_per_s
+from launcher.runs import runs_root
+
+if TYPE_CHECKING:
+    from launcher.engine.load import LoadedJob
+    from launcher.planning.training import Candidate
+
+RUN_LINE = re.compile(r"^run (\S+): (.+)$", re.MULTILINE)
+# keys of the training YAML the probe sets (the candidate's split comes on top)
+PROBE_TRAIN_KEYS: dict[str, Any] = {
+    "logging_steps": 1,
+    "include_num_input_tokens_seen": True,
+    "save_strategy": "no",
+}
+
+
+class _Tee(io.StringIO):
+    """Writes through to ``out`` and keeps a copy (to find the run directory the run announced)."""
+
+    def __init__(self, out: IO[str]) -> None:
+        super().__init__()
+        self.out = out
+
+    def write(self, s: str) -> int:
+        self.out.write(s)
+        return super().write(s)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+@dataclass
+class LauncherProber:
+    """Runs one candidate for a few steps on ``host`` through ``python -m launcher run`` (the real thing)."""
+
+    job: LoadedJob
+    host: str
+    inventory: Path | None
+    workdir: Path
+    out: IO[str]
+    index: int = field(default=0)
+
+    def prepare(self, candidate: Candidate, steps: int, timeout_s: float) -> Path:
+        """Write the probe's training YAML, DeepSpeed JSON and job spec; return the job spec's path."""
+        self.index += 1
+        where = self.workdir / f"probe{self.index}"
+        where.mkdir(parents=True, exist_ok=True)
+        train = dict(self.job.train.data)
+        train.pop("deepspeed", None)
+        for key in ("eval_strategy", "evaluation_strategy"):
+            if key in train:
+                train[key] = "no"
+        split = candidate.split
+        train.update(
+            PROBE_TRAIN_KEYS,
+            per_device_train_batch_size=split.micro_batch,
+            gradient_accumulation_steps=split.accumulation,
+            disable_gradient_checkpointing=not split.checkpointing,
+            max_steps=steps,
+        )
+        if split.liger or "enable_liger_kernel" in train:
+            train["enable_liger_kernel"] = split.liger
+        (where / "train.yaml").write_text(yaml.safe_dump(train, sort_keys=False))
+        ds = deepspeed_config(candidate.strategy)
+        if ds is not None:
+            (where / "ds.json").write_text(json.dumps(ds, indent=2) + "\n")
+        spec = self.job.spec.model_dump(mode="json", exclude_none=True)
+        spec.update(
+            name=f"{self.job.spec.name[:48]}-probe{self.index}",
+            train_config="train.yaml",
+            deepspeed="ds.json" if ds is not None else "none",
+            plan="as_written",
+            hosts=[self.host],
+            resume=False,
+            output_dir="output",
+            timeouts={**spec.get("timeouts", {}), "job_s": max(1, math.ceil(timeout_s))},
+        )
+        # the spec carries the job's env (secrets such as HF_TOKEN included): private, and removed once the
+        # probe ran (see __call__); the probe run's own record keeps them masked, as every run record does
+        path = where / "job.yaml"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(yaml.safe_dump(spec, sort_keys=False))
+        return path
+
+    def __call__(self, candidate: Candidate, steps: int, timeout_s: float) -> ProbeMeasure:
+        """Run the candidate; return its steady tokens/s on the node, or ``failed`` with the reason."""
+        from launcher.engine.steps import run_job  # noqa: PLC0415 - steps imports this module's callers
+
+        spec_path = self.prepare(candidate, steps, timeout_s)
+        print(f"probe: {candidate.describe()} ({steps} steps, at most {timeout_s:.0f} s)", file=self.out)
+        tee = _Tee(self.out)
+        start = time.monotonic()
+        try:
+            rc = run_job(spec_path, inventory=self.inventory, detach=False, out=tee)
+        except LauncherError as err:
+            return ProbeMeasure(candidate, "failed", wall_s=time.monotonic() - start, note=_one_line(err))
+        finally:
+            spec_path.unlink(missing_ok=True)
+        wall = time.monotonic() - start
+        found = RUN_LINE.search(tee.getvalue())
+        if found is None:
+            return ProbeMeasure(candidate, "failed", wall_s=wall, note="the run announced no run directory")
+        run_path = Path(found.group(2).strip())
+        steady = steady_tokens_per_s(read_jsonl(run_path / "metrics.jsonl"))
+        if steady is None:  # a run stopped at the budget still counts when it logged two steps
+            record = _record(run_path)
+            why = record.get("result_reason") or record.get("status") or f"exit {rc}"
+            if rc == 0:
+                why = "fewer than 2 steps logged with a throughput"
+            return ProbeMeasure(candidate, "failed", wall_s=wall, note=f"{found.group(1)}: {why}")
+        return ProbeMeasure(
+            candidate, "measured", node_tokens_per_s=steady[0], wall_s=wall, note=found.group(1)
+        )
+
+
+def _record(run_path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_path / "record.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _one_line(err: BaseException) -> str:
+    return "; ".join(line.strip() for line in str(err).splitlines() if line.strip())
+
+
+def probe_workdir(name: str) -> Path:
+    """Return a fresh folder for the files of one probe (under the runs folder)."""
+    path = runs_root() / "probes" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6}"
+    path.mkdir(parents=True, exist_ok=False)
+    return path
