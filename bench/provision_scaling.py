@@ -10,8 +10,10 @@ Two modes, both on test hosts of rig instance ``PROVISION_BENCH_RIG_ID`` (defaul
   (mift_testsupport.provision):
 
   - ``fresh-1``: 1 bare host, provisioned; that host is then saved as image ``--image`` (unless
-    ``--reuse-image``: the image exists, made by ``python -m mift_testsupport.image --name NAME`` from the
-    same code, and the row is not measured);
+    ``--reuse-image``: the image exists, saved by an earlier ``fresh-1`` row of this bench from the same code,
+    and the row is not measured). The bench's hosts are plain-mode (the numbers in docs/stack.md are), so its
+    image is too: the suites' image ``provisioned`` is made on a systemd-mode host, and ``rig up`` refuses to
+    start an image in the other mode;
   - ``nochange-2`` / ``nochange-8``: 2 / 8 hosts started from the image (``rig up N --image``: provisioned in
     seconds, python/mift_testsupport/image.py), then provision.yml with nothing changed;
   - ``addone``: 2 hosts from the image plus one bare host of rig ``PROVISION_BENCH_ADD_RIG_ID`` (default 8),
