@@ -321,8 +321,9 @@ def test_hosts_see_controller_repos(rig_factory) -> None:
 
 
 def _rocm_apt_line() -> str:
-    defaults = yaml.safe_load((REPO_ROOT / "roles" / "rocm" / "defaults" / "main.yml").read_text())
-    version = str(defaults["rocm_version"])
+    # the rocm role's default is mift_defaults' (the one home of shared defaults)
+    defaults = yaml.safe_load((REPO_ROOT / "roles" / "mift_defaults" / "defaults" / "main.yml").read_text())
+    version = str(defaults["mift_defaults_rocm_version"])
     return f"deb [trusted=yes] http://controller:8080/amd/rocm/apt/{version} jammy main"
 
 
