@@ -147,3 +147,21 @@ def test_controller_keeps_answers_without_errors_and_fills_cached_replies(tmp_pa
     assert TorchAnswers(path).known() == {}
     path.write_bytes(b"\xff not json")
     assert TorchAnswers(path).known() == {}
+
+
+def test_probe_lists_only_complete_checkpoints(tmp_path: Path) -> None:
+    """A checkpoint-N folder without trainer_state.json (a stop while saving it) is not one to resume from."""
+    mift_probe = _probe_module()
+    complete = {4: ("adapter_model.safetensors", "trainer_state.json"), 8: ("trainer_state.json",)}
+    for step, files in complete.items():
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        for name in files:
+            (folder / name).write_text("{}")
+    cut_short = tmp_path / "checkpoint-12"
+    (cut_short / "global_step12").mkdir(parents=True)
+    (cut_short / "adapter_model.safetensors").write_text("x")
+    (tmp_path / "checkpoint-16").mkdir()  # empty
+    (tmp_path / "checkpoint-x").mkdir()
+    assert mift_probe.checkpoints(tmp_path) == [4, 8]
+    assert mift_probe.checkpoints(tmp_path / "missing") == []

@@ -299,3 +299,17 @@ def test_a_node_path_model_is_planned_from_the_job_specs_plan_model_config(tmp_p
     plan = build_plan(load_job(path), _h200(), "r1")
     assert plan.training is not None
     assert plan.training.workload.model.layers == SHAPE_8B["num_hidden_layers"]
+
+
+def test_resume_true_names_the_last_checkpoint_complete_on_every_node(tmp_path: Path) -> None:
+    """``resume: true`` ships the last checkpoint every node holds complete (preflight's list), not "last"."""
+    job = load_job(_job(tmp_path, "resume: true\noutput_dir: /var/lib/mift/output/j\n"))
+    facts = _mi300x(2)
+    facts.probe["n1"]["checkpoints"] = [4, 8, 12]  # n1 finished checkpoint-12, n2 was stopped while saving it
+    facts.probe["n2"]["checkpoints"] = [4, 8]
+    train = yaml.safe_load(build_plan(job, facts, "r1").files[TRAIN_FILE])
+    assert train["resume_from_checkpoint"] == "/var/lib/mift/output/j/checkpoint-8"
+    assert train["overwrite_output_dir"] is False
+    facts.probe["n2"]["checkpoints"] = []  # none complete everywhere: the trainer decides, as before
+    train = yaml.safe_load(build_plan(job, facts, "r2").files[TRAIN_FILE])
+    assert "resume_from_checkpoint" not in train

@@ -195,8 +195,13 @@ def installed_versions(venv: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+# the Trainer writes trainer_state.json after the weights, optimizer, scheduler and RNG states of a
+# checkpoint: a checkpoint-N folder without it was cut short (a stop while saving) and cannot be resumed from
+COMPLETE_MARKER = "trainer_state.json"
+
+
 def checkpoints(path: Path) -> list[int]:
-    """Return the steps of the ``checkpoint-N`` folders in ``path`` that hold a saved state, ascending."""
+    """Return the steps of the complete ``checkpoint-N`` folders in ``path``, ascending."""
     found = []
     try:
         entries = list(path.iterdir())
@@ -204,7 +209,7 @@ def checkpoints(path: Path) -> list[int]:
         return []
     for entry in entries:
         match = re.fullmatch(r"checkpoint-(\d+)", entry.name)
-        if match and entry.is_dir() and any(entry.iterdir()):
+        if match and entry.is_dir() and (entry / COMPLETE_MARKER).is_file():
             found.append(int(match.group(1)))
     return sorted(found)
 

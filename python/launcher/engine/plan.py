@@ -111,11 +111,18 @@ def _auto_deepspeed(
     )
 
 
+def last_common_checkpoint(facts: NodeFacts) -> int | None:
+    """Return the last complete checkpoint step present on every node (preflight listed them), or None."""
+    found = [set(facts.probe[h].get("checkpoints") or []) for h in facts.hosts]
+    common = set.intersection(*found) if found else set()
+    return max(common) if common else None
+
+
 def _resume_step(facts: NodeFacts, resume: ResumeFrom, spec_path: Path) -> int:
-    """Return the last checkpoint step present on every node of the resumed run."""
-    found = {h: facts.probe[h].get("checkpoints") or [] for h in facts.hosts}
-    common = set.intersection(*(set(v) for v in found.values())) if found else set()
-    if not common:
+    """Return the last complete checkpoint step present on every node of the resumed run."""
+    step = last_common_checkpoint(facts)
+    if step is None:
+        found = {h: facts.probe[h].get("checkpoints") or [] for h in facts.hosts}
         host = next((h for h, v in found.items() if not v), facts.hosts[0])
         raise ConfigurationError.at(
             spec_path,
@@ -123,7 +130,7 @@ def _resume_step(facts: NodeFacts, resume: ResumeFrom, spec_path: Path) -> int:
             f"no checkpoint-N in {resume.output_dir} on {host} (run {resume.run_id}); nothing to resume",
             "resume",
         )
-    return int(max(common))
+    return step
 
 
 def _deepspeed(
@@ -175,6 +182,10 @@ def _configs(
         train["overwrite_output_dir"] = False
         if isinstance(spec.resume, str):
             train["resume_from_checkpoint"] = spec.resume
+        elif resume is None and (step := last_common_checkpoint(facts)) is not None:
+            # resume: true names the last checkpoint complete on every node, not the trainer's "last
+            # folder", which may be one a stop cut short while saving (none: the trainer decides, as before)
+            train["resume_from_checkpoint"] = f"{output_dir}/checkpoint-{step}"
     if resume is not None:
         output_dir = resume.output_dir
         train["resume_from_checkpoint"] = (

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from launcher.engine.load import LoadedJob
     from launcher.engine.plan import ResumeFrom
+    from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts
     from launcher.problems import FileReport
@@ -114,6 +115,16 @@ def choose_backend(name: str | None, inventory: Path | None, where: Path) -> dic
     return {"backend": "slurm", "slurm": {"login_host": login}}
 
 
+def _checkpoints_of(spec: JobSpec, run_id: str, resume: ResumeFrom | None) -> str | None:
+    """The node folder whose complete checkpoints preflight lists: the resumed run's output_dir (``run
+    --resume``), or the job's own with ``resume: true`` (absolute: validated); None otherwise."""
+    if resume is not None:
+        return resume.output_dir
+    if spec.resume is True:
+        return spec.output_dir.format(run_id=run_id)
+    return None
+
+
 def run_job(
     job_path: Path,
     *,
@@ -159,7 +170,7 @@ def run_job(
                 spec,
                 run_id,
                 output_dir=resume.output_dir if resume else None,
-                checkpoints_of=resume.output_dir if resume else None,
+                checkpoints_of=_checkpoints_of(spec, run_id, resume),
             )
             training = probe_before_run(job, facts, inv, run, out) if spec.plan == "probe" else None
             plan = build_plan(job, facts, run_id, resume, training)
