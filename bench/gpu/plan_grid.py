@@ -96,10 +96,10 @@ def write_job(
         job.update(plan="auto" if planned == "auto" else "probe", deepspeed="auto")
         if config.endswith(":liger"):
             job["plan_liger"] = True  # the plan may switch liger on (the YAML leaves it off)
-    elif config.endswith(":liger"):
-        train["enable_liger_kernel"] = True
     else:
         strategy, split = parsed
+        if split.liger:
+            train["enable_liger_kernel"] = True
         train.update(
             per_device_train_batch_size=split.micro_batch,
             gradient_accumulation_steps=split.accumulation,
@@ -221,6 +221,7 @@ def main() -> None:
             record = json.loads((jdir / "runs" / row["run_id"] / "record.json").read_text())
         row["plan_record"] = record.get("plan")
         row["probe_s"] = probe_seconds(record)
+        row["probe_phases"] = probe_phases(jdir / "runs", record.get("plan"))
         parsed = parse_config(config)
         if parsed is None and record.get("plan", {}).get("choice"):
             ch = record["plan"]["choice"]
@@ -305,7 +306,51 @@ def plan_probe_cli(job: Path, jdir: Path, gpu_mem: float, timeout: float) -> dic
     print(f"== planprobe: rc {proc.returncode}, {wall:.0f} s, pick {ran}\n{proc.stderr[-3000:]}", flush=True)
     if probe:
         print(json.dumps(probe["runs"], indent=1), flush=True)
-    return {"config": "planprobe", "rc": proc.returncode, "wall_s": wall, "pick": ran, "probe": probe}
+    phases = probe_phases(jdir / "runs", {"probe": probe} if probe else None)
+    return {
+        "config": "planprobe",
+        "rc": proc.returncode,
+        "wall_s": wall,
+        "pick": ran,
+        "probe": probe,
+        "probe_phases": phases,
+    }
+
+
+def probe_phases(runs: Path, plan_record: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Print and return where each probe run's wall time went, from its record's timeline and metrics.
+
+    preflight = created -> starting (0 when it reused the first one's), start = starting -> running,
+    trainer = running -> the end status; of that, ``steps_s`` is the trainer's own seconds from its first
+    to its last step (LLaMA-Factory's tokens / throughput) and the rest is start-up, saving and collect.
+    """
+    out: list[dict[str, Any]] = []
+    for run in ((plan_record or {}).get("probe") or {}).get("runs") or []:
+        rdir = runs / str(run.get("note", ""))
+        try:
+            timeline = json.loads((rdir / "record.json").read_text())["timeline"]
+        except (OSError, ValueError, KeyError):
+            continue
+        at = {e["status"]: float(e["t"]) for e in timeline}
+        end = float(timeline[-1]["t"])
+        seconds = []
+        for line in (
+            (rdir / "metrics.jsonl").read_text().splitlines() if (rdir / "metrics.jsonl").exists() else []
+        ):
+            entry = json.loads(line)
+            if entry.get("throughput") and entry.get("total_tokens"):
+                seconds.append(entry["total_tokens"] / entry["throughput"])
+        phase = {
+            "run": rdir.name,
+            "wall_s": run.get("wall_s"),
+            "preflight_s": round(at.get("starting", end) - at.get("created", end), 1),
+            "start_s": round(at.get("running", end) - at.get("starting", end), 1),
+            "trainer_s": round(end - at.get("running", end), 1),
+            "steps_s": round(seconds[-1] - seconds[0], 1) if len(seconds) >= 2 else None,
+        }
+        print(f"probe phases: {json.dumps(phase)}", flush=True)
+        out.append(phase)
+    return out
 
 
 def _workload(plan: TrainingPlan, parsed: tuple[Strategy, Split] | None) -> Workload:
@@ -344,6 +389,7 @@ def report(
             "auto": "auto (plan: auto)",
             "probe": f"probe (plan: probe, probe {r.get('probe_s')} s)",
             "probe:liger": f"probe (plan: probe, plan_liger, probe {r.get('probe_s')} s)",
+            "auto:liger": "auto (plan: auto, plan_liger)",
         }.get(r["config"], r["config"])
         eff = r.get("tokens_per_s")
         cells = [
@@ -363,12 +409,17 @@ def report(
     by = {r["config"]: r for r in done}
     checks = []
     best = max(done, key=lambda r: r["steady_tokens_per_s"], default=None)
-    auto, yaml_split = by.get("auto"), by.get("none:2x8:ck")
-    probe = by.get("probe:liger") or by.get("probe")
+    yaml_split = by.get("none:2x8:ck")
     # the issue's two targets, for the probe's pick and for the automatic plan (labels as printed before)
     for row, name, split_name in (
-        (probe, "plan: probe (-> {ran})", "plan: probe vs the YAML's split"),
-        (auto, "plan (auto -> {ran})", "plan vs the YAML's split (none:2x8:ck)"),
+        (by.get("probe"), "plan: probe (-> {ran})", "plan: probe vs the YAML's split"),
+        (
+            by.get("probe:liger"),
+            "plan: probe, plan_liger (-> {ran})",
+            "plan: probe, plan_liger vs the YAML's split",
+        ),
+        (by.get("auto"), "plan (auto -> {ran})", "plan vs the YAML's split (none:2x8:ck)"),
+        (by.get("auto:liger"), "plan (auto, plan_liger -> {ran})", "plan, plan_liger vs the YAML's split"),
     ):
         if row and best:
             share = row["steady_tokens_per_s"] / best["steady_tokens_per_s"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,39 @@ class NodeFacts:
         gpus = self.gpus.get(host) or {}
         value = gpus.get("memory_gib") or gpus.get("vram_gib")
         return float(value) if value else torch_gpu_mem_gib(self.torch.get(host))
+
+
+@dataclass
+class PreflightOnce:
+    """One preflight shared by several runs on the same hosts, one after the other (the probe's candidates).
+
+    The first run that finds no facts for its hosts runs preflight and keeps a copy; a later run on exactly
+    those hosts reuses it and skips preflight (an ansible run on every node: seconds per candidate).
+    """
+
+    facts: NodeFacts | None = None
+
+    def reuse(self, hosts: str | list[str] | None) -> NodeFacts | None:
+        """Return a copy of the kept facts when they are for exactly ``hosts`` (a list), else None."""
+        if self.facts is None or not isinstance(hosts, list) or hosts != self.facts.hosts:
+            return None
+        return copy.deepcopy(self.facts)
+
+    def keep(self, facts: NodeFacts) -> None:
+        """Keep a copy of ``facts`` (the run goes on to change its own)."""
+        self.facts = copy.deepcopy(facts)
+
+
+def facts_of_host(facts: NodeFacts, host: str) -> NodeFacts:
+    """Return a copy of ``facts`` that holds ``host`` only (one of the job's hosts)."""
+    if host not in facts.hosts:
+        raise ValueError(f"{host} is not one of {facts.hosts}")
+    mine = copy.deepcopy(facts)
+    mine.hosts = [host]
+    for name in ("train_address", "stack", "gpus", "probe", "torch", "node_env"):
+        per_host: dict[str, Any] = getattr(mine, name)
+        setattr(mine, name, {host: per_host[host]} if host in per_host else {})
+    return mine
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:

@@ -217,6 +217,7 @@ def test_the_launcher_prober_writes_a_valid_one_node_job_for_each_candidate(tmp_
         True,
     )
     assert train["save_strategy"] == "no" and train["eval_strategy"] == "no"
+    assert train["overwrite_cache"] is False  # the later candidates reuse the first one's tokenized data
     assert (
         written.deepspeed is not None
         and json.loads((path.parent / "ds.json").read_text())["zero_optimization"]
@@ -295,3 +296,44 @@ def test_plan_command_probe_prints_the_probe_and_json_carries_it(tmp_path: Path,
     assert probe["pick"]["strategy"] == "none"
     assert [r["status"] for r in probe["runs"]] == ["measured", "measured"]
     assert out["training_plan"]["choice"] == "none"
+
+
+def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
+    """Preflight runs once for the probe: later candidates on the same node reuse its facts, as copies."""
+    import launcher.engine.steps as steps  # noqa: PLC0415
+    from launcher.preflight import PreflightOnce, facts_of_host  # noqa: PLC0415
+
+    job_path = _job(tmp_path, "deepspeed: none\n")
+    preflights: list[str] = []
+    shipped: list[list[str]] = []
+
+    def preflight_on_the_h200(runner: object, spec: object, run_id: str, **_: object) -> object:
+        preflights.append(run_id)
+        return _h200()
+
+    def ship(run: object, runner: object, plan: object, **_: object) -> int:
+        shipped.append(plan.facts.hosts)  # type: ignore[attr-defined]
+        plan.facts.notes.append("changed by this run")  # type: ignore[attr-defined]
+        return 0
+
+    monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr(steps, "run_preflight", preflight_on_the_h200)
+    monkeypatch.setattr(steps, "_ship_and_follow", ship)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    n1: {ansible_host: 127.0.0.1}\n")
+    once = PreflightOnce()
+    for _ in range(3):
+        out = io.StringIO()
+        assert steps.run_job(job_path, inventory=inventory, detach=False, out=out, preflight_once=once) == 0
+    assert len(preflights) == 1 and shipped == [["n1"]] * 3
+    assert once.facts is not None and "changed by this run" not in once.facts.notes  # runs change copies
+    assert once.reuse(["n1", "n2"]) is None  # other hosts: preflight
+    assert once.reuse("n1") is None  # a pattern (the inventory decides what it matches): preflight
+
+    two = _h200()
+    two.hosts, two.train_address["n2"], two.torch["n2"] = ["n1", "n2"], "10.0.0.2", {"backend": "cuda"}
+    first = facts_of_host(two, "n1")
+    assert (first.hosts, sorted(first.train_address), sorted(first.torch)) == (["n1"], ["n1"], ["n1"])
+    assert two.hosts == ["n1", "n2"]  # the job's own facts are left as they were
+    with pytest.raises(ValueError, match="n3"):
+        facts_of_host(two, "n3")

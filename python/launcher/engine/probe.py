@@ -33,6 +33,7 @@ from launcher.exceptions import LauncherError
 from launcher.metrics import read_jsonl
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.probe import ProbeMeasure, steady_tokens_per_s
+from launcher.preflight import PreflightOnce
 from launcher.runs import runs_root
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ PROBE_TRAIN_KEYS: dict[str, Any] = {
     "logging_steps": 1,
     "include_num_input_tokens_seen": True,
     "save_strategy": "no",
+    "overwrite_cache": False,  # the later candidates reuse the first one's tokenized dataset
 }
 
 
@@ -73,6 +75,8 @@ class LauncherProber:
     workdir: Path
     out: IO[str]
     index: int = field(default=0)
+    # one preflight for every candidate (the job's own under plan: probe; else the first candidate's)
+    preflight: PreflightOnce = field(default_factory=PreflightOnce)
 
     def prepare(self, candidate: Candidate, steps: int, timeout_s: float) -> Path:
         """Write the probe's training YAML, DeepSpeed JSON and job spec; return the job spec's path."""
@@ -126,7 +130,9 @@ class LauncherProber:
         tee = _Tee(self.out)
         start = time.monotonic()
         try:
-            rc = run_job(spec_path, inventory=self.inventory, detach=False, out=tee)
+            rc = run_job(
+                spec_path, inventory=self.inventory, detach=False, out=tee, preflight_once=self.preflight
+            )
         except LauncherError as err:
             return ProbeMeasure(candidate, "failed", wall_s=time.monotonic() - start, note=_one_line(err))
         finally:

@@ -28,7 +28,7 @@ from launcher.inventory import check_hosts
 from launcher.job import Job, Verdict, agent_source
 from launcher.jobspec import mask_env
 from launcher.nodeenv import masked
-from launcher.preflight import run_preflight
+from launcher.preflight import PreflightOnce, facts_of_host, run_preflight
 from launcher.runs import RunDir, new_run_id
 
 if TYPE_CHECKING:
@@ -133,8 +133,13 @@ def run_job(
     out: IO[str] | None = None,
     resume: ResumeFrom | None = None,
     backend: str | None = None,
+    preflight_once: PreflightOnce | None = None,
 ) -> ExitCode:
-    """Run a job end to end; return 0 on success, 1 when it failed or was stopped (2 raised as bad input)."""
+    """Run a job end to end; return 0 on success, 1 when it failed or was stopped (2 raised as bad input).
+
+    ``preflight_once``: facts one preflight learnt about exactly this job's hosts, reused instead of running
+    preflight again (the probe's candidates, one after the other on the same node); kept there when empty.
+    """
     out = out or sys.stdout
     inv = inventory.resolve() if inventory else None
     if inv is not None and not inv.exists():
@@ -165,13 +170,17 @@ def run_job(
         runner.cancel_requested = interrupted
         run.set_status("preflight")
         try:
-            facts = run_preflight(
-                runner,
-                spec,
-                run_id,
-                output_dir=resume.output_dir if resume else None,
-                checkpoints_of=_checkpoints_of(spec, run_id, resume),
-            )
+            facts = preflight_once.reuse(spec.hosts) if preflight_once and not resume else None
+            if facts is None:
+                facts = run_preflight(
+                    runner,
+                    spec,
+                    run_id,
+                    output_dir=resume.output_dir if resume else None,
+                    checkpoints_of=_checkpoints_of(spec, run_id, resume),
+                )
+                if preflight_once is not None:
+                    preflight_once.keep(facts)
             training = probe_before_run(job, facts, inv, run, out) if spec.plan == "probe" else None
             plan = build_plan(job, facts, run_id, resume, training)
             _refuse(validate_plan(plan))
@@ -196,6 +205,7 @@ def probe_before_run(
     run.set_status("probing")
     workdir = run.path / "probe"
     prober = LauncherProber(job, facts.master, inventory, workdir, out)
+    prober.preflight = PreflightOnce(facts_of_host(facts, facts.master))  # checked a moment ago
     probed = run_probe(training, prober, clock=time.monotonic)
     assert probed.probe is not None
     print(probed.probe.reason(), file=out, flush=True)
