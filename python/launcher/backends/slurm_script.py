@@ -177,8 +177,9 @@ def check_request(
                 f"{where}: slurm.partition: the cluster has no default partition; name one"
             )
     if nodes > chosen.nodes:
+        key = "slurm.nodes" if options.login_only else "hosts"
         raise ConfigurationError(
-            f"{where}: hosts: the job asks for {nodes} nodes, partition {chosen.name!r} has {chosen.nodes}"
+            f"{where}: {key}: the job asks for {nodes} nodes, partition {chosen.name!r} has {chosen.nodes}"
         )
     if gpus_per_node > chosen.gpus_per_node:
         raise ConfigurationError(
