@@ -314,3 +314,13 @@ def test_stop_marks_ranks_slurm_ended_and_reports_a_job_still_there(tmp_path: Pa
     assert json.loads((root / "rank0" / "state.json").read_text())["state"] == "stopped"
     again = json.loads(agent("shared-stop", str(root), "--job-gone").stdout)
     assert not any(s["stop"]["changed"] for s in again["results"].values())  # idempotent
+
+
+def test_the_node_table_shows_each_ranks_slurm_node() -> None:
+    from launcher.follow import render_table  # noqa: PLC0415
+
+    lines = render_table(
+        ["rank0", "h2"],
+        {"rank0": {"state": "running", "slurm_node": "n1"}, "h2": {"state": "running", "slurm_node": "h2"}},
+    )
+    assert lines[1].split()[:4] == ["rank0", "(n1)", "0", "running"] and lines[2].split()[:2] == ["h2", "1"]
