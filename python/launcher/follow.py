@@ -31,8 +31,9 @@ def node_row(host: str, rank: int, node: dict[str, Any]) -> tuple[str, ...]:
     state = str(node.get("state", "?"))
     if state == "failed" and node.get("rc") is not None:
         state = f"failed({node['rc']})"
+    where = node.get("slurm_node")  # a rank of a login-host-only Slurm run: the node Slurm picked
     return (
-        host,
+        host if where in (None, host) else f"{host} ({where})",
         str(rank),
         state,
         step,

@@ -153,20 +153,25 @@ class Job:
         )
 
     def collect(self) -> PlaybookResult:
-        """Fetch node logs, state and metrics into ``nodes/<host>/`` (not interruptible).
+        """Fetch node logs, state and metrics into ``nodes/<host>/`` through the run's backend (not
+        interruptible).
 
         Each node's ``collect`` result (``mift_contract.CollectResult``) holds its ``status`` and ``outputs``.
         """
         self.run.nodes_dir.mkdir(exist_ok=True)
-        result = self.runner.run(
+        result = self.backend.collect(self)
+        for host in self.hosts:
+            unpack_collected(self.run.nodes_dir / host)
+        return result
+
+    def collect_nodes(self) -> PlaybookResult:
+        """Fetch every node's ``collect.tar.gz`` over ssh (collect.yml); the caller unpacks."""
+        return self.runner.run(
             "collect",
             {**self.base_vars, "mift_collect_dir": str(self.run.nodes_dir)},
             cancellable=False,
             timeout=300,
         )
-        for host in self.hosts:
-            unpack_collected(self.run.nodes_dir / host)
-        return result
 
     def finalize(
         self, state: str, reason: str = "", nodes: dict[str, dict[str, Any]] | None = None

@@ -58,6 +58,31 @@ class SlurmOptions(_Strict):
     time_limit: Annotated[str, Field(pattern=SLURM_TIME_RE)] | None = None
     # --gpus-per-node; None: nproc_per_node when preflight found GPUs, else no GPU request
     gpus_per_node: Annotated[int, Field(ge=0)] | None = None
+    # login host only (docs/slurm.md "Login host only"): a folder of the cluster's shared file system, the
+    # same path on the login host and every compute node; the run's bundle and node run directories live
+    # there, and the launcher reaches nothing but the login host. Needs `nodes` (Slurm picks them).
+    shared_dir: str | None = None
+    nodes: Annotated[int, Field(ge=1, le=1024)] | None = None  # --nodes; only with shared_dir
+
+    @field_validator("shared_dir")
+    @classmethod
+    def _shared_absolute(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or ".." in PurePosixPath(value).parts):
+            raise ValueError("must be an absolute path (the same on the login host and every node)")
+        return value.rstrip("/") or "/" if value is not None else None
+
+    @model_validator(mode="after")
+    def _nodes_with_shared_dir(self) -> SlurmOptions:
+        if self.shared_dir is not None and self.nodes is None:
+            raise ValueError("shared_dir (login host only) needs nodes: the node count Slurm allocates")
+        if self.nodes is not None and self.shared_dir is None:
+            raise ValueError("nodes is the node count of the login-host-only mode: it needs shared_dir")
+        return self
+
+    @property
+    def login_only(self) -> bool:
+        """True when only the login host is reached (the nodes through the shared folder)."""
+        return self.shared_dir is not None
 
 
 class JobSpec(_Strict):
@@ -122,6 +147,26 @@ class JobSpec(_Strict):
             raise ValueError(
                 "resume: needs an absolute output_dir (a relative one is a fresh directory per run)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _login_only(self) -> JobSpec:
+        if not self.slurm.login_only:
+            return self
+        if "hosts" in self.model_fields_set:
+            raise ValueError(
+                "hosts: names nodes, but with slurm.shared_dir (login host only) Slurm picks them: drop "
+                "hosts, slurm.nodes says how many"
+            )
+        if self.output_dir.startswith("/") and not self.output_dir.startswith(f"{self.slurm.shared_dir}/"):
+            raise ValueError(
+                f"output_dir: {self.output_dir} is outside slurm.shared_dir {self.slurm.shared_dir}: the "
+                "launcher reads the outputs through the shared folder (use a relative output_dir)"
+            )
+        if self.plan == "probe":
+            raise ValueError("plan: probe runs on the first node over ssh; not with slurm.shared_dir")
+        if self.resume is not False:
+            raise ValueError("resume: not supported with slurm.shared_dir (login host only) yet")
         return self
 
     @field_validator("node_venv")

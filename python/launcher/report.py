@@ -54,7 +54,8 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
         why = f" ({slurm['reason']})" if slurm.get("reason") else ""
         lines.append(
             f"  slurm: job {slurm['job_id']} {slurm.get('state', '?')}{why} "
-            f"(partition {slurm.get('partition', '?')}, login host {slurm.get('login_host', '?')})"
+            f"(partition {slurm.get('partition', '?')}, login host {slurm.get('login_host', '?')}"
+            + (f", run folder {slurm['run_root']})" if slurm.get("run_root") else ")")
         )
     hosts = record.get("hosts") or []
     nodes = record.get("nodes") or {}

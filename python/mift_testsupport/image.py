@@ -144,11 +144,14 @@ def make_hosts_their_own(rig: Rig) -> None:
 
 
 @contextlib.contextmanager
-def provisioned_rig(rig_id: int, hosts: int, *, name: str = IMAGE, log: Path | None = None) -> Iterator[Rig]:
+def provisioned_rig(
+    rig_id: int, hosts: int, *, name: str = IMAGE, log: Path | None = None, shared_dir: str | None = None
+) -> Iterator[Rig]:
     """``hosts`` provisioned hosts (systemd mode) of rig ``rig_id`` started from image ``name`` (made first
-    when needed); taken down (``rig down --purge``) afterwards."""
+    when needed); taken down (``rig down --purge``) afterwards. ``shared_dir``: a controller folder
+    bind-mounted at the same path into every host (a shared file system's stand-in)."""
     ensure_image(name, rig_id=rig_id, log=log)
-    with rig_instance(rig_id, hosts, image=name, systemd=SYSTEMD) as rig:
+    with rig_instance(rig_id, hosts, image=name, systemd=SYSTEMD, shared_dir=shared_dir) as rig:
         make_hosts_their_own(rig)
         yield rig
 

@@ -39,6 +39,9 @@ class Rig:
     systemd: bool = False
     profiles: dict[int, str] = field(default_factory=dict)
     image: str | None = None
+    # systemd mode: a controller folder bind-mounted at the same path into every host (RIG_SHARED_DIR), the
+    # stand-in for a cluster's shared file system
+    shared_dir: str | None = None
 
     @property
     def net(self) -> str:
@@ -75,6 +78,9 @@ class Rig:
         env["ANSIBLE_CONFIG"] = str(ANSIBLE_CFG)
         env["ANSIBLE_NOCOLOR"] = "1"
         env["ANSIBLE_DEPRECATION_WARNINGS"] = "0"
+        env.pop("RIG_SHARED_DIR", None)
+        if self.shared_dir:
+            env["RIG_SHARED_DIR"] = self.shared_dir
         return env
 
     def rig(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -142,9 +148,17 @@ def rig_instance(
     systemd: bool = False,
     profiles: Mapping[int, str] | None = None,
     image: str | None = None,
+    shared_dir: str | None = None,
 ) -> Iterator[Rig]:
     """Bring up ``hosts`` hosts of instance ``rig_id``; always ``rig down --purge`` afterwards."""
-    rig = Rig(rig_id=rig_id, hosts=hosts, systemd=systemd, profiles=dict(profiles or {}), image=image)
+    rig = Rig(
+        rig_id=rig_id,
+        hosts=hosts,
+        systemd=systemd,
+        profiles=dict(profiles or {}),
+        image=image,
+        shared_dir=shared_dir,
+    )
     rig.down(purge=True)  # a previous run killed before its teardown
     try:
         rig.up()

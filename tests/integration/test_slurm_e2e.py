@@ -1,5 +1,5 @@
 """The launcher's slurm backend end to end: Slurm provisioned on 3 systemd-mode test hosts (host3 the head,
-host1 and host2 the nodes), then the tiny ZeRO-3 job through ``sbatch``/``srun``.
+host1 and host2 the nodes; mift_testsupport.slurm), then the tiny ZeRO-3 job through ``sbatch``/``srun``.
 
 The hosts start from the provisioned host image (``mift_testsupport.image``: ``provision.yml`` once on a
 systemd-mode host, kept; every suite's image); only ``playbooks/slurm.yml`` runs here. The test hosts
@@ -23,48 +23,19 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
-import yaml
 
 from mift_testsupport.cluster import Cluster
 from mift_testsupport.fixtures import rig_ready_or_skip
 from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.launcher import finish
-from mift_testsupport.paths import REPO_ROOT
 from mift_testsupport.rig import rig_id_from_env
+from mift_testsupport.slurm import HEAD, NODES, provision_slurm, slurm_inventory
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 RIG_ID = rig_id_from_env("SLURM_E2E_RIG_ID", 9)
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
-NODES = (1, 2)
-HEAD = 3
-# TEST DOUBLE device files for the 8 GPUs of the mi300x profile (gpu_verify's fact says 8)
-GPU_STANDINS = "mkdir -p /dev/dri && for i in $(seq 128 135); do : > /dev/dri/renderD$i; done"
-
-
-def slurm_inventory(rig_inventory: Path, folder: Path) -> Path:
-    """An inventory folder: the rig's hosts, plus the Slurm groups and the test-host switches."""
-    folder.mkdir()
-    (folder / "rig.yml").symlink_to(rig_inventory)
-    groups = {
-        "all": {
-            "vars": {
-                "mift_launcher_backend": "slurm",
-                "slurm_node_gpu_detect": "files",
-                "slurm_config_proctrack_type": "proctrack/linuxproc",
-                "slurm_config_task_plugin": "task/none",
-                "munge_key_src": str(folder.parent / "munge.key"),
-            },
-            "children": {
-                "slurm_controller": {"hosts": {f"host{HEAD}": {}}},
-                "slurm_nodes": {"hosts": {f"host{i}": {} for i in NODES}},
-            },
-        }
-    }
-    (folder / "slurm.yml").write_text(yaml.safe_dump(groups, sort_keys=False))
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +46,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with provisioned_rig(RIG_ID, 3, log=work / "image.log") as rig:
         c = Cluster(rig, work)
         c.inventory = slurm_inventory(rig.inventory, work / "inventory")
-        for host in NODES:
-            rig.ssh(host, GPU_STANDINS)
-        t0 = time.monotonic()
-        out = rig.playbook(REPO_ROOT / "playbooks" / "slurm.yml", "-i", str(c.inventory), timeout=1200)
-        (work / "slurm-play.log").write_text(out.stdout + out.stderr)
-        assert out.returncode == 0, out.stdout[-6000:]
-        print(f"playbooks/slurm.yml on 3 hosts: {time.monotonic() - t0:.1f} s")
+        took = provision_slurm(rig, c.inventory, work / "slurm-play.log")
+        print(f"playbooks/slurm.yml on 3 hosts: {took:.1f} s")
         yield c
 
 

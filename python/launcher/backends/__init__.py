@@ -5,10 +5,12 @@
 * ``slurm`` (:mod:`.slurm`): the nodes get the same agent and bundle but start nothing; one ``sbatch``
   on the login host runs ``srun`` with one task per node, each the agent's ``slurm-step`` (the same
   supervisor, environment and node run directory), and Slurm's job state decides how the run ended.
+  With ``slurm.shared_dir`` (:mod:`.slurm_shared`) only the login host is reached: the nodes' run
+  directories are ranks of a folder on the cluster's shared file system.
 
-A backend differs only in :meth:`Backend.start`, :meth:`Backend.poll` (with its :meth:`Backend.judge`) and
-:meth:`Backend.stop`. Which one a run uses is recorded (``backend`` in record.json), so ``status``, ``logs``,
-``stop`` and ``list`` work on either after the launcher is gone.
+A backend differs only in :meth:`Backend.start`, :meth:`Backend.poll` (with its :meth:`Backend.judge`),
+:meth:`Backend.stop` and :meth:`Backend.collect`. Which one a run uses is recorded (``backend`` in
+record.json), so ``status``, ``logs``, ``stop`` and ``list`` work on either after the launcher is gone.
 """
 
 from __future__ import annotations
@@ -52,12 +54,20 @@ class Backend(Protocol):
         """Stop every trainer of the run; per-host ``stop`` reports (what is left)."""
         ...
 
+    def collect(self, job: Job) -> PlaybookResult:
+        """Fetch every node's logs, state and metrics into ``nodes/<host>/``; per-host ``collect`` reports."""
+        ...
+
 
 def backend_named(name: str, record: Mapping[str, Any] | None = None) -> Backend:
     """Return the backend ``name`` (``record``: the run record, for a run already started)."""
     if name == "slurm":
         from launcher.backends.slurm import SlurmBackend  # noqa: PLC0415
 
+        if ((record or {}).get("slurm") or {}).get("run_root"):
+            from launcher.backends.slurm_shared import SharedSlurmBackend  # noqa: PLC0415
+
+            return SharedSlurmBackend.from_record(record or {})
         return SlurmBackend.from_record(record or {})
     from launcher.backends.ssh import SshBackend  # noqa: PLC0415
 

@@ -105,16 +105,19 @@ class SlurmBackend:
         """Check the partition, prepare every node, submit; return the nodes' and the login host's results."""
         alloc = self.allocation(plan)
         partition = self.check(runner, alloc, str(run.load().get("spec_path", plan.run_id)))
-        prepared = runner.run(
-            "launch", {**launch_vars, "mift_agent_command": "prepare"}, timeout=plan.spec.timeouts.start_s
-        )
+        prepared = self.prepare(runner, plan, launch_vars)
         if not prepared.ok:
             return prepared
         script = sbatch_script(alloc)
         (run.path / "job.sbatch").write_text(script)
         submitted = runner.run(
             "slurm_submit",
-            {"mift_slurm_login": self.login, "mift_run_id": plan.run_id, "mift_sbatch_script": script},
+            {
+                "mift_slurm_login": self.login,
+                "mift_run_id": plan.run_id,
+                "mift_sbatch_script": script,
+                **self.extra_vars,
+            },
             cancellable=False,  # a submitted job must be known, so that stop can cancel it
             timeout=120,
         )
@@ -122,6 +125,7 @@ class SlurmBackend:
         self.job_id = str(answer.get("job_id") or "") or None
         run.update(
             slurm={
+                **(run.load().get("slurm") or {}),
                 "login_host": self.login,
                 "job_id": self.job_id,
                 "partition": partition,
@@ -138,17 +142,30 @@ class SlurmBackend:
             failures={**prepared.failures, **failures},
         )
 
+    def prepare(
+        self, runner: PlaybookRunner, plan: RunPlan, launch_vars: Mapping[str, Any]
+    ) -> PlaybookResult:
+        """Give every node the agent and its bundle without starting anything (the agent's ``prepare``)."""
+        return runner.run(
+            "launch", {**launch_vars, "mift_agent_command": "prepare"}, timeout=plan.spec.timeouts.start_s
+        )
+
+    @property
+    def extra_vars(self) -> dict[str, Any]:
+        """Return the extra vars the run's Slurm playbooks take besides the job's (the login-host-only mode
+        adds the shared run folder)."""
+        return {"mift_slurm_login": self.login, "mift_slurm_job_id": self.job_id or ""}
+
+    # playbooks that reach the nodes (ssh) or, in the login-host-only mode, only the login host
+    POLL_PLAYBOOK = "slurm_poll"
+    STOP_PLAYBOOK = "slurm_stop"
+
     # --- poll --------------------------------------------------------------------------------------------
     def poll(self, job: Job) -> dict[str, dict[str, Any]]:
         """Ask the node agents and slurmctld; a queued job shows its reason as every node's state."""
         result = job.runner.run(
-            "slurm_poll",
-            {
-                **job.base_vars,
-                "mift_poll_timeout_s": POLL_TIMEOUT_S,
-                "mift_slurm_login": self.login,
-                "mift_slurm_job_id": self.job_id or "",
-            },
+            self.POLL_PLAYBOOK,
+            {**job.base_vars, "mift_poll_timeout_s": POLL_TIMEOUT_S, **self.extra_vars},
             keep_events=False,
             ident="poll",
             timeout=60,
@@ -197,26 +214,28 @@ class SlurmBackend:
             slurm["cancelled_by_launcher"] = True
             job.run.update(slurm=slurm)
         return job.runner.run(
-            "slurm_stop",
-            {
-                **job.base_vars,
-                "mift_stop_grace_s": job.stop_grace_s,
-                "mift_slurm_login": self.login,
-                "mift_slurm_job_id": self.job_id or "",
-            },
+            self.STOP_PLAYBOOK,
+            {**job.base_vars, "mift_stop_grace_s": job.stop_grace_s, **self.extra_vars},
             cancellable=False,
             timeout=180,
         )
 
+    def collect(self, job: Job) -> PlaybookResult:
+        """Fetch every node's logs, state and metrics (over ssh, as the ssh backend)."""
+        return job.collect_nodes()
+
 
 def first_failure(nodes: Mapping[str, Mapping[str, Any]]) -> str:
-    """Return ``host: trainer exited rc=N`` for the node whose trainer failed first ('' when none did)."""
+    """Return ``host: trainer exited rc=N`` for the node whose trainer failed first ('' when none did); a
+    node that recorded why (the in-allocation preflight) says that instead, and a rank its Slurm node."""
     failed = [
-        (float(n.get("ended_at") or 0), h, n.get("rc"))
+        (float(n.get("ended_at") or 0), h, n)
         for h, n in nodes.items()
         if n.get("state") == "failed" and n.get("rc") not in (0, None)
     ]
     if not failed:
         return ""
-    _, host, rc = min(failed)
-    return f"{host}: trainer exited rc={rc}"
+    _, host, node = min(failed, key=lambda f: (f[0], f[1]))
+    where = host if node.get("slurm_node") in (None, host) else f"{host} ({node['slurm_node']})"
+    reason = node.get("reason") or f"trainer exited rc={node.get('rc')}"
+    return f"{where}: {reason}"

@@ -35,20 +35,25 @@ class Allocation:
     gpus_per_node: int
     stop_grace_s: int
     options: SlurmOptions
+    # login host only: run_dir is the run's shared folder, ``nodes`` are ranks (rank0, ...) whose folders are
+    # under it; Slurm picks the nodes (no --nodelist) and each checks itself before any trainer starts
+    ranks: bool = False
 
 
 def sbatch_script(alloc: Allocation) -> str:
-    """Return the batch script: one task per node, the node agent's ``slurm-step`` in each task."""
+    """Return the batch script: one task per node, the node agent's ``slurm-step`` in each task (login host
+    only: first the agent's ``slurm-check`` in each task, and a node that fails it ends the job)."""
     opts = alloc.options
+    first_dir = f"{alloc.run_dir}/rank0" if alloc.ranks else alloc.run_dir
     lines = [
         "#!/bin/bash",
         f"# launcher run {alloc.run_id}: written by python -m launcher (slurm backend); docs/slurm.md",
         f"#SBATCH --job-name=mift-{alloc.run_id}",
         f"#SBATCH --nodes={len(alloc.nodes)}",
         "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --nodelist={','.join(alloc.nodes)}",
+        *([] if alloc.ranks else [f"#SBATCH --nodelist={','.join(alloc.nodes)}"]),
         f"#SBATCH --chdir={alloc.run_dir}",
-        f"#SBATCH --output={alloc.run_dir}/slurm.out",
+        f"#SBATCH --output={first_dir}/slurm.out",
     ]
     if alloc.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={alloc.gpus_per_node}")
@@ -59,12 +64,19 @@ def sbatch_script(alloc: Allocation) -> str:
     if opts.account:
         lines.append(f"#SBATCH --account={opts.account}")
     agent = shlex.quote(f"{alloc.run_dir}/mift_agent.py")
+    tasks = f"--nodes={len(alloc.nodes)} --ntasks={len(alloc.nodes)} --ntasks-per-node=1"
+    root = shlex.quote(alloc.run_dir)
+    lines.append("set -u")
+    if alloc.ranks:
+        lines += [
+            "# every node checks itself first (its rank's folder on the shared file system); one that",
+            "# cannot run its rank records why there and the job ends before any trainer starts",
+            f"srun --kill-on-bad-exit=1 {tasks} python3 {agent} slurm-check {root} || exit 3",
+        ]
     lines += [
-        "set -u",
         "# one trainer per node; a node whose trainer fails ends the whole job",
-        f"exec srun --kill-on-bad-exit=1 --nodes={len(alloc.nodes)} --ntasks={len(alloc.nodes)} "
-        f"--ntasks-per-node=1 python3 {agent} slurm-step {shlex.quote(alloc.run_dir)} "
-        f"--grace {alloc.stop_grace_s}",
+        f"exec srun --kill-on-bad-exit=1 {tasks} python3 {agent} slurm-step {root} "
+        f"--grace {alloc.stop_grace_s}" + (" --ranks" if alloc.ranks else ""),
         "",
     ]
     return "\n".join(lines)
@@ -165,8 +177,9 @@ def check_request(
                 f"{where}: slurm.partition: the cluster has no default partition; name one"
             )
     if nodes > chosen.nodes:
+        key = "slurm.nodes" if options.login_only else "hosts"
         raise ConfigurationError(
-            f"{where}: hosts: the job asks for {nodes} nodes, partition {chosen.name!r} has {chosen.nodes}"
+            f"{where}: {key}: the job asks for {nodes} nodes, partition {chosen.name!r} has {chosen.nodes}"
         )
     if gpus_per_node > chosen.gpus_per_node:
         raise ConfigurationError(

@@ -36,3 +36,7 @@ class SshBackend:
     def stop(self, job: Job) -> PlaybookResult:
         """Stop every node's trainer through its agent."""
         return job.stop_nodes()
+
+    def collect(self, job: Job) -> PlaybookResult:
+        """Fetch every node's logs, state and metrics."""
+        return job.collect_nodes()

@@ -31,6 +31,14 @@ Commands (each prints one JSON object on stdout):
   foreground (the same supervisor and files as ``start``); exit non-zero when the trainer did, so that
   ``srun --kill-on-bad-exit`` ends the job. SIGTERM (scancel, a time limit, another node's failure) stops the
   trainer and records the run as stopped.
+* ``slurm-check ROOT`` -- login host only (docs/slurm.md): the first step of the batch script, one task per
+  node, before any trainer: this node can run rank ``SLURM_NODEID`` of the job (ROOT/rank<N>: the trainer,
+  the stack versions the job was planned for, GPUs verified, free disk); a node that cannot records why as
+  its rank's state and exits 1, which fails the job.
+* ``slurm-step ROOT --ranks`` -- as ``slurm-step``, in ROOT/rank<SLURM_NODEID> (a shared run root).
+* ``shared-prepare|shared-status|shared-collect|shared-stop ROOT`` -- on the login host: the command for every
+  rank under a shared run root, answered as ``{"results": {rank: {...}}}``; status reads the state files only
+  (the trainers run on other hosts).
 * ``status RUN_DIR`` -- state, liveness, rc, the last trainer_log.jsonl entry, which expected outputs exist.
 * ``collect RUN_DIR`` -- the status, the output files, and ``collect.tar.gz`` (logs, state, metrics) to fetch.
 * ``stop RUN_DIR [--grace S]`` -- SIGTERM the trainer's process group and every process carrying the run's
@@ -59,11 +67,12 @@ from pathlib import Path
 from typing import Any
 
 import mift_contract as contract
-from mift_probe import checkpoints
+from mift_probe import checkpoints, free_bytes, installed_versions, local_facts
 
 MARKER = contract.MARKER
 STATE_FILE = contract.STATE_FILE
 LOG_TAIL_BYTES = 4096
+GIB = 1024**3
 # printed by a ZeRO-3 rank on CPU when a gloo thread races interpreter teardown after training finished
 TEARDOWN_ABORT = "terminate called without an active exception"
 WORLD_SIZE_RE = re.compile(r"world size: (\d+)")
@@ -211,8 +220,10 @@ class MasterWatch:
         return ""
 
 
-def _supervise(run_dir: Path, job: dict[str, Any], grace: float) -> None:
-    """Run in the detached supervisor: start the trainer, wait for it, record how it ended."""
+def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str, Any] | None = None) -> None:
+    """Run in the detached supervisor: start the trainer, wait for it, record how it ended (``extra``: more
+    fields for every state.json written, e.g. the Slurm node)."""
+    extra = dict(extra or {})
     run_id = str(job["run_id"])
     env = _trainer_env(run_dir, run_id)
     argv = [str(a) for a in job["argv"]]
@@ -243,6 +254,7 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float) -> None:
                 "supervisor_pid": os.getpid(),
                 "started_at": started,
                 "ended_at": _now(),
+                **extra,
             },
         )
         return
@@ -254,6 +266,7 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float) -> None:
         "started_at": started,
         "ended_at": None,
         "rc": None,
+        **extra,
     }
     _write_json(run_dir / STATE_FILE, state)
     watchdog = MasterWatch.from_env(env, job)
@@ -377,8 +390,24 @@ def slurm_placement(environ: dict[str, str], nodes: list[str]) -> dict[str, str]
     return placed
 
 
-def cmd_slurm_step(run_dir: Path, grace: float) -> dict[str, Any]:
-    """Run this node's trainer as one task of a Slurm step (foreground); return how it ended."""
+def rank_dir(root: Path, environ: dict[str, str]) -> Path:
+    """Return this task's node run directory under a shared run root: ``rank<SLURM_NODEID>``."""
+    return root / f"rank{int(environ['SLURM_NODEID'])}"
+
+
+def slurm_node(environ: dict[str, str]) -> str:
+    """Return the Slurm node this task runs on."""
+    return environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def cmd_slurm_step(run_dir: Path, grace: float, ranks: bool = False) -> dict[str, Any]:
+    """Run this node's trainer as one task of a Slurm step (foreground); return how it ended.
+
+    ``ranks``: RUN_DIR is a shared run root (login host only); this node's run directory is its rank's.
+    """
+    extra = {"slurm_node": slurm_node(dict(os.environ))}
+    if ranks:
+        run_dir = rank_dir(run_dir, dict(os.environ))
     job = _read_json(run_dir / contract.JOB_FILE)
     if not job.get("run_id"):
         return {"ok": False, "error": f"{run_dir}/{contract.JOB_FILE}: no job here (not prepared)"}
@@ -402,9 +431,106 @@ def cmd_slurm_step(run_dir: Path, grace: float) -> dict[str, Any]:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
-    _supervise(run_dir, job, grace)
+    _supervise(run_dir, job, grace, extra)
     state = _read_json(run_dir / STATE_FILE)
     return {"ok": state.get("rc") == 0, **state}
+
+
+EXPECT_FILE = "expect.json"  # shared run root: what the plan was made for (the login host's probe)
+
+
+def node_check(run_dir: Path, expect: dict[str, Any], local: dict[str, dict[str, Any]]) -> str:
+    """Return why this node cannot run its rank of the job ('' when it can): the bundle unpacked, the trainer
+    entry point, the stack versions the plan was made for, GPUs verified, free disk for the outputs."""
+    job = _read_json(run_dir / contract.JOB_FILE)
+    if not job.get("run_id"):
+        return f"{run_dir}/{contract.JOB_FILE}: no job here (not prepared)"
+    cli = Path(str(job["argv"][0]))
+    if not os.access(cli, os.X_OK):
+        return f"{cli} not found: provision the node (ansible-playbook provision.yml)"
+    wanted = expect.get("versions")
+    if isinstance(wanted, dict) and wanted:
+        found = installed_versions(cli.parent.parent) or {}
+        for dist in sorted(wanted):
+            if str(found.get(dist)) != str(wanted[dist]):
+                return (
+                    f"{dist} is {found.get(dist) or 'not installed'}, the job was planned for "
+                    f"{wanted[dist]} (the login host's); re-run provision.yml"
+                )
+    gpus = local.get("mift_gpus") or {}
+    if str(gpus.get("verified", "")).lower() in ("false", "0", "no"):
+        return f"GPUs not verified (ansible_local.mift_gpus, arch {gpus.get('arch') or 'unknown'})"
+    need = int(expect.get("min_free_bytes") or 0)
+    free = free_bytes(run_dir)
+    if free < need:
+        return f"only {free / GIB:.1f} GiB free for output_dir, the job spec asks for {need / GIB:g} GiB"
+    return ""
+
+
+def cmd_slurm_check(root: Path) -> dict[str, Any]:
+    """The in-allocation preflight of the login-host-only mode (one task per node, before any trainer):
+    check this node (:func:`node_check`); a node that fails records why as its rank's state and exits 1."""
+    environ = dict(os.environ)
+    run_dir = rank_dir(root, environ)
+    node = slurm_node(environ)
+    if not run_dir.is_dir():
+        why = f"{run_dir}: no such run directory (not prepared)"
+        print(f"mift_agent: {node}: preflight: {why}", file=sys.stderr)
+        return {"ok": False, "error": why, "slurm_node": node}
+    why = node_check(run_dir, _read_json(root / EXPECT_FILE), local_facts())
+    state = _read_json(run_dir / STATE_FILE)
+    if why:
+        state = {"state": "exited", "rc": 3, "reason": f"preflight: {why}", "ended_at": _now()}
+        state["slurm_node"] = node
+        print(f"mift_agent: {node} (rank {environ['SLURM_NODEID']}): preflight: {why}", file=sys.stderr)
+    else:
+        state = {**state, "preflight": "ok", "slurm_node": node}
+    _write_json(run_dir / STATE_FILE, state)
+    return {"ok": not why, **state}
+
+
+def rank_dirs(root: Path) -> list[Path]:
+    """Return the node run directories under a shared run root (``rank0``, ``rank1``, ...), in rank order."""
+    found = [p for p in root.glob("rank*") if p.is_dir() and p.name[4:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[4:]))
+
+
+def cmd_shared(command: str, root: Path, grace: float, job_gone: bool) -> dict[str, Any]:
+    """Run ``command`` (prepare, status, collect, stop) for every rank of a shared run root, on the login
+    host: ``{"ok", "results": {rank: {command: answer}}}`` (the launcher's ``mift_results`` shape).
+
+    On the login host no trainer process is visible: the ranks' state files (written by ``slurm-step`` on the
+    nodes) are the truth, and ``stop`` (after ``scancel``) records a rank Slurm ended without its state
+    written as stopped, and reports it left only while the job is still on its nodes (``job_gone`` False).
+    """
+    del grace  # the nodes' processes are Slurm's to end (scancel); nothing here signals them
+    results: dict[str, dict[str, Any]] = {}
+    ok = True
+    for run_dir in rank_dirs(root):
+        if command == "prepare":
+            answer = cmd_prepare(run_dir)
+            name = "start"
+        elif command == "status":
+            answer, name = {"ok": True, **cmd_status(run_dir, remote=True)}, "status"
+        elif command == "collect":
+            answer, name = cmd_collect(run_dir, remote=True), "collect"
+        else:
+            answer, name = _shared_stop(run_dir, job_gone), "stop"
+        ok = ok and bool(answer.get("ok"))
+        results[run_dir.name] = {name: answer}
+    return {"ok": ok, "results": results}
+
+
+def _shared_stop(run_dir: Path, job_gone: bool) -> dict[str, Any]:
+    state = _read_json(run_dir / STATE_FILE)
+    active = state.get("state") in ("running", "starting", "queued")
+    if not active:
+        return {"ok": True, "changed": False, "left": [], "state": state.get("state")}
+    if not job_gone:
+        return {"ok": False, "changed": False, "left": ["the slurm job is still on its nodes"], **state}
+    state.update({"state": "stopped", "ended_at": _now(), "note": "ended by slurm (scancel)"})
+    _write_json(run_dir / STATE_FILE, state)
+    return {"ok": True, "changed": True, "left": [], "state": "stopped"}
 
 
 def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
@@ -481,15 +607,23 @@ def _log_facts(log: Path) -> dict[str, Any]:
     }
 
 
-def cmd_status(run_dir: Path) -> dict[str, Any]:
-    """Report the node's view of the run."""
+def _processes(job: dict[str, Any], run_dir: Path) -> int:
+    """Return how many processes carry the run's marker on this host."""
+    return len(marked_pids(agent_key(str(job["run_id"]), run_dir))) if job.get("run_id") else 0
+
+
+def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
+    """Report the node's view of the run (``remote``: read on another host through a shared folder, where
+    the pids mean nothing: the state file is the answer)."""
     job = _read_json(run_dir / "job.json")
     state = _read_json(run_dir / STATE_FILE)
     name = state.get("state", "absent")
-    trainer_alive = _alive(state.get("pid"))
-    supervisor_alive = _alive(state.get("supervisor_pid"))
-    if name == "running" and not supervisor_alive:
-        name = "running" if trainer_alive else "vanished"
+    if remote:
+        trainer_alive = name == "running"
+    else:
+        trainer_alive = _alive(state.get("pid"))
+        if name == "running" and not _alive(state.get("supervisor_pid")):
+            name = "running" if trainer_alive else "vanished"
     if name == "starting" and time.time() - float(state.get("started_at") or 0) > 60:
         name = "vanished"
     output_dir = run_dir / str(job.get("output_dir", "output"))
@@ -512,7 +646,8 @@ def cmd_status(run_dir: Path) -> dict[str, Any]:
         "outputs": outputs,
         "outputs_complete": bool(expect) and all(outputs.values()),
         "output_dir": str(output_dir),
-        "processes": len(marked_pids(agent_key(str(job["run_id"]), run_dir))) if job.get("run_id") else 0,
+        "processes": None if remote else _processes(job, run_dir),
+        **({"slurm_node": state["slurm_node"]} if state.get("slurm_node") else {}),
         **_log_facts(run_dir / "trainer.log"),
     }
 
@@ -542,18 +677,19 @@ def cmd_stop(run_dir: Path, grace: float) -> dict[str, Any]:
     return {"ok": not left, "changed": running, "killed": before, "left": left, "state": state.get("state")}
 
 
+SHARED_COMMANDS = ("shared-prepare", "shared-status", "shared-collect", "shared-stop")
 COLLECT_ARCHIVE = "collect.tar.gz"
 # what the launcher fetches from a node run directory and from its output_dir (small files only)
 COLLECT_RUN_FILES = ("trainer.log", STATE_FILE, "job.json", "rc", "slurm.out")
 COLLECT_OUTPUT_FILES = ("trainer_log.jsonl", "all_results.json", "train_results.json", "adapter_config.json")
 
 
-def cmd_collect(run_dir: Path) -> dict[str, Any]:
+def cmd_collect(run_dir: Path, remote: bool = False) -> dict[str, Any]:
     """Pack the run's logs, state and metrics into one archive in the run dir (one fetch instead of eight).
 
     Returns the status (as ``status``), the output files (full paths) and the archive's path.
     """
-    status = cmd_status(run_dir)
+    status = cmd_status(run_dir, remote)
     output_dir = Path(status["output_dir"])
     outputs = sorted(str(p) for p in output_dir.rglob("*") if p.is_file()) if output_dir.is_dir() else []
     archive = run_dir / COLLECT_ARCHIVE
@@ -571,12 +707,28 @@ def cmd_collect(run_dir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line, run the command, print its JSON result."""
     parser = argparse.ArgumentParser(prog="mift_agent.py", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("start", "prepare", "slurm-step", "status", "stop", "collect"))
+    parser.add_argument(
+        "command",
+        choices=(
+            "start",
+            "prepare",
+            "slurm-step",
+            "status",
+            "stop",
+            "collect",
+            "slurm-check",
+            *SHARED_COMMANDS,
+        ),
+    )
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument(
         "--wait", type=float, default=30.0, help="start: seconds to wait for the trainer to run"
     )
+    parser.add_argument(
+        "--ranks", action="store_true", help="slurm-step: RUN_DIR is a shared run root: rank<SLURM_NODEID>"
+    )
+    parser.add_argument("--job-gone", action="store_true", help="shared-stop: the Slurm job left its nodes")
     args = parser.parse_args(argv)
     run_dir: Path = args.run_dir.resolve()
     if not run_dir.is_dir():
@@ -588,7 +740,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "prepare":
         result = cmd_prepare(run_dir)
     elif args.command == "slurm-step":
-        result = cmd_slurm_step(run_dir, args.grace)
+        result = cmd_slurm_step(run_dir, args.grace, args.ranks)
+    elif args.command == "slurm-check":
+        result = cmd_slurm_check(run_dir)
+    elif args.command in SHARED_COMMANDS:
+        result = cmd_shared(args.command.removeprefix("shared-"), run_dir, args.grace, args.job_gone)
     elif args.command == "status":
         result = {"ok": True, **cmd_status(run_dir)}
     elif args.command == "collect":

@@ -130,7 +130,8 @@ def torch_key(venv: Path) -> str | None:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _free_bytes(path: Path) -> int:
+def free_bytes(path: Path) -> int:
+    """Return the bytes free on the file system that holds ``path`` (or its nearest existing parent)."""
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -254,7 +255,7 @@ def cmd_facts(
         return {
             "ok": True,
             "hostname": socket.gethostname(),
-            "free_bytes": _free_bytes(path),
+            "free_bytes": free_bytes(path),
             "port": port,
             "port_free": _port_free(port) if port else None,
             "trainer_cli": str(cli),

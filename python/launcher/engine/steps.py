@@ -81,6 +81,9 @@ def validate(job: LoadedJob) -> None:
 def load_and_check(job_path: Path, inventory: Path | None) -> LoadedJob:
     """Load and validate the job and check its hosts against the inventory (in parallel); bad input raises."""
     job = load_job(job_path)
+    if job.spec.slurm.login_only:  # no node in the inventory: Slurm picks them (choose_backend: the login)
+        validate(job)
+        return job
     with concurrent.futures.ThreadPoolExecutor(
         1
     ) as pool:  # ansible-inventory runs while the configs are checked
@@ -94,9 +97,12 @@ def load_and_check(job_path: Path, inventory: Path | None) -> LoadedJob:
     return job
 
 
-def choose_backend(name: str | None, inventory: Path | None, where: Path) -> dict[str, Any]:
+def choose_backend(
+    name: str | None, inventory: Path | None, where: Path, login_only: bool = False
+) -> dict[str, Any]:
     """Return the run record's backend fields: ``--backend``, else the inventory's ``mift_launcher_backend``,
-    else ssh; for slurm also the login host (bad input raises ConfigurationError, one line)."""
+    else ssh; for slurm also the login host (bad input raises ConfigurationError, one line). ``login_only``:
+    the job spec sets ``slurm.shared_dir``, which only the slurm backend has."""
     from launcher.backends import BACKEND_VAR, BACKENDS, DEFAULT_BACKEND  # noqa: PLC0415
     from launcher.inventory import default_inventory, group_members, inventory_list, inventory_var  # noqa: PLC0415
 
@@ -106,6 +112,11 @@ def choose_backend(name: str | None, inventory: Path | None, where: Path) -> dic
     if chosen not in BACKENDS:
         raise ConfigurationError(
             f"{inv}: {BACKEND_VAR}: {chosen!r} is not a backend (choose from {', '.join(BACKENDS)})"
+        )
+    if chosen != "slurm" and login_only:
+        raise ConfigurationError(
+            f"{where}: slurm.shared_dir: the login-host-only mode needs backend slurm, not {chosen}; "
+            f"run --backend slurm, or set {BACKEND_VAR}: slurm in the inventory"
         )
     if chosen != "slurm":
         return {"backend": chosen}
@@ -146,8 +157,15 @@ def run_job(
         raise ConfigurationError.at(inventory or inv, "(file)", "inventory not found", "file")
     job = load_and_check(job_path, inv)
     spec = job.spec
-    backend_fields = choose_backend(backend, inv, job_path)
+    backend_fields = choose_backend(backend, inv, job_path, spec.slurm.login_only)
     run_id = new_run_id(spec.name)
+    login = (backend_fields.get("slurm") or {}).get("login_host") if spec.slurm.login_only else None
+    if login is not None:
+        from launcher.backends import slurm_shared  # noqa: PLC0415 - only in the login-host-only mode
+
+        if resume is not None:
+            raise ConfigurationError(f"{job_path}: run --resume: not supported with slurm.shared_dir yet")
+        backend_fields["slurm"] = slurm_shared.record_fields(spec, login, run_id)
     interrupted = threading.Event()
     with interrupt_guard(interrupted):
         run = RunDir.create(
@@ -171,7 +189,17 @@ def run_job(
         run.set_status("preflight")
         try:
             facts = preflight_once.reuse(spec.hosts) if preflight_once and not resume else None
-            if facts is None:
+            if facts is None and login is not None:  # the login host stands in for the nodes Slurm picks
+                facts = slurm_shared.rank_facts(
+                    run_preflight(
+                        runner,
+                        slurm_shared.preflight_spec(spec, login),
+                        run_id,
+                        output_dir=slurm_shared.preflight_output_dir(spec, run_id),
+                    ),
+                    int(spec.slurm.nodes or 0),
+                )
+            elif facts is None:
                 facts = run_preflight(
                     runner,
                     spec,

@@ -1,0 +1,76 @@
+"""Slurm on test hosts: the inventories and the provisioning the Slurm e2e suites share.
+
+host3 is the head (slurmctld, the login host), host1 and host2 the nodes. The test hosts have no GPU device
+nodes: empty files stand in for the render nodes gres.conf names (TEST DOUBLE, as in molecule ``slurm``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from mift_testsupport.paths import REPO_ROOT
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mift_testsupport.rig import Rig
+
+NODES = (1, 2)
+HEAD = 3
+# TEST DOUBLE device files for the 8 GPUs of the mi300x profile (gpu_verify's fact says 8)
+GPU_STANDINS = "mkdir -p /dev/dri && for i in $(seq 128 135); do : > /dev/dri/renderD$i; done"
+# the inventory switches the test hosts need (their cgroups belong to systemd-nspawn; no GPU to detect)
+TEST_HOST_VARS = {
+    "slurm_node_gpu_detect": "files",
+    "slurm_config_proctrack_type": "proctrack/linuxproc",
+    "slurm_config_task_plugin": "task/none",
+}
+
+
+def slurm_inventory(rig_inventory: Path, folder: Path) -> Path:
+    """An inventory folder: the rig's hosts, plus the Slurm groups and the test-host switches."""
+    folder.mkdir()
+    (folder / "rig.yml").symlink_to(rig_inventory)
+    groups = {
+        "all": {
+            "vars": {
+                "mift_launcher_backend": "slurm",
+                **TEST_HOST_VARS,
+                "munge_key_src": str(folder.parent / "munge.key"),
+            },
+            "children": {
+                "slurm_controller": {"hosts": {f"host{HEAD}": {}}},
+                "slurm_nodes": {"hosts": {f"host{i}": {} for i in NODES}},
+            },
+        }
+    }
+    (folder / "slurm.yml").write_text(yaml.safe_dump(groups, sort_keys=False))
+    return folder
+
+
+def login_only_inventory(rig_inventory: Path, path: Path) -> Path:
+    """An inventory with ONLY the head (the login host): what a user of a site's Slurm cluster has."""
+    rig: dict[str, Any] = yaml.safe_load(rig_inventory.read_text())["all"]
+    head = rig["children"]["trainers"]["hosts"][f"host{HEAD}"]
+    inventory = {
+        "all": {
+            "hosts": {f"host{HEAD}": head},
+            "vars": {**rig["vars"], "mift_launcher_backend": "slurm", "mift_slurm_login_host": f"host{HEAD}"},
+        }
+    }
+    path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    return path
+
+
+def provision_slurm(rig: Rig, inventory: Path, log: Path) -> float:
+    """GPU stand-ins on the nodes, then ``playbooks/slurm.yml``; return its seconds (asserts it passed)."""
+    for host in NODES:
+        rig.ssh(host, GPU_STANDINS)
+    t0 = time.monotonic()
+    out = rig.playbook(REPO_ROOT / "playbooks" / "slurm.yml", "-i", str(inventory), timeout=1200)
+    log.write_text(out.stdout + out.stderr)
+    assert out.returncode == 0, out.stdout[-6000:]
+    return time.monotonic() - t0
