@@ -165,3 +165,16 @@ def test_probe_lists_only_complete_checkpoints(tmp_path: Path) -> None:
     (tmp_path / "checkpoint-x").mkdir()
     assert mift_probe.checkpoints(tmp_path) == [4, 8]
     assert mift_probe.checkpoints(tmp_path / "missing") == []
+
+
+def test_the_facts_name_optional_kernels_apart_from_the_stack(tmp_path: Path):
+    """liger-kernel is asked in the same interpreter as the stack, reported apart (no stack drift from it)."""
+    mift_probe = _probe_module()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)  # this machine's python: no liger-kernel here
+    facts = mift_probe.cmd_facts(tmp_path, None, venv)
+    assert set(facts["versions"]) == set(mift_probe.STACK_DISTS)
+    assert facts["optional"] == {"liger_kernel": None}
+    none = mift_probe.cmd_facts(tmp_path, None, tmp_path / "no-venv")
+    assert none["versions"] is None and none["optional"] is None  # nothing asked: nothing claimed

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -313,3 +314,39 @@ def test_resume_true_names_the_last_checkpoint_complete_on_every_node(tmp_path: 
     facts.probe["n2"]["checkpoints"] = []  # none complete everywhere: the trainer decides, as before
     train = yaml.safe_load(build_plan(job, facts, "r2").files[TRAIN_FILE])
     assert "resume_from_checkpoint" not in train
+
+
+@pytest.mark.parametrize(
+    ("optional", "refused"),
+    [({"liger_kernel": None}, True), ({"liger_kernel": "0.8.5"}, False), (None, False)],
+    ids=["missing", "installed", "not-asked"],
+)
+def test_liger_on_a_node_without_liger_kernel_is_refused_before_anything_starts(
+    tmp_path: Path, optional: dict[str, Any] | None, refused: bool
+):
+    """LLaMA-Factory fails at start without liger-kernel (provisioning does not install it): one line."""
+    facts = _h200()
+    if optional is not None:  # None: the probe could not ask the node's venv, nothing to judge
+        facts.probe["n1"]["optional"] = optional
+    for spec, train, why in (
+        (
+            "deepspeed: none\n",
+            {"enable_liger_kernel": True},
+            "training YAML switches liger kernels on (enable_liger_kernel)",
+        ),
+        (
+            "deepspeed: auto\nplan: auto\nplan_liger: true\n",
+            {},
+            "plan switches liger kernels on (plan_liger)",
+        ),
+    ):
+        job = load_job(_job(tmp_path, spec, **train))
+        if refused:
+            with pytest.raises(
+                ConfigurationError, match=rf"^n1: the {re.escape(why)}, but liger-kernel is not"
+            ):
+                build_plan(job, facts, "r1")
+        else:
+            assert (
+                yaml.safe_load(build_plan(job, facts, "r1").files[TRAIN_FILE])["enable_liger_kernel"] is True
+            )

@@ -163,6 +163,9 @@ STACK_DISTS = (
     "peft",
     "trl",
 )
+# optional kernel packages a plan may switch on (``plan_liger``: LLaMA-Factory's ``enable_liger_kernel``);
+# provisioning does not install them, preflight checks them where the shipped plan needs them
+OPTIONAL_DISTS = ("liger_kernel",)
 _VERSIONS_SCRIPT = """
 import importlib.metadata as md, json, sys
 def v(d):
@@ -183,7 +186,7 @@ def installed_versions(venv: Path) -> dict[str, Any] | None:
         return None
     try:
         out = subprocess.run(
-            [str(python), "-I", "-c", _VERSIONS_SCRIPT, *STACK_DISTS],
+            [str(python), "-I", "-c", _VERSIONS_SCRIPT, *STACK_DISTS, *OPTIONAL_DISTS],
             capture_output=True,
             text=True,
             timeout=60,
@@ -263,11 +266,16 @@ def cmd_facts(
             "python": sys.version.split()[0],
             "cpus": os.cpu_count(),
             "mem_total_bytes": _mem_total(),
-            "versions": versions.result(),
+            "versions": _only(versions.result(), STACK_DISTS),
+            "optional": _only(versions.result(), OPTIONAL_DISTS),
             "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
             "local_facts": local_facts(),
             "torch": {**torch_answer, **({"key": key} if key else {})},
         }
+
+
+def _only(versions: dict[str, Any] | None, dists: tuple[str, ...]) -> dict[str, Any] | None:
+    return None if versions is None else {d: versions.get(d) for d in dists}
 
 
 def _mem_total() -> int:

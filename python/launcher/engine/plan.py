@@ -202,6 +202,21 @@ def _configs(
     return train, ds, name, output_dir, training
 
 
+def require_liger(facts: NodeFacts, why: str) -> None:
+    """Refuse, in one line naming the host, a job that needs liger-kernel on a node whose venv lacks it.
+
+    Provisioning does not install it; LLaMA-Factory would fail at start on every node. Preflight's probe
+    reports it (``optional``); a node whose probe could not ask its venv is not judged here.
+    """
+    for host in facts.hosts:
+        optional = facts.probe.get(host, {}).get("optional")
+        if isinstance(optional, dict) and not optional.get("liger_kernel"):
+            raise ConfigurationError(
+                f"{host}: {why}, but liger-kernel is not installed in the node's venv: install it there "
+                "(pip install liger-kernel) or leave liger off; nothing was started"
+            )
+
+
 def build_plan(
     job: LoadedJob,
     facts: NodeFacts,
@@ -215,6 +230,14 @@ def build_plan(
     """
     spec = job.spec
     train, ds, ds_name, output_dir, training = _configs(job, facts, run_id, resume, training)
+    if train.get("enable_liger_kernel") is True:
+        by_plan = training is not None and training.choice is not None and training.choice.split.liger
+        require_liger(
+            facts,
+            "the plan switches liger kernels on (plan_liger)"
+            if by_plan
+            else ("the training YAML switches liger kernels on (enable_liger_kernel)"),
+        )
     files = {TRAIN_FILE: yaml.safe_dump(train, sort_keys=False).encode()}
     if ds is not None:
         files[DS_FILE] = (json.dumps(ds, indent=2) + "\n").encode()

@@ -20,7 +20,7 @@ from launcher import runner as runner_module
 from launcher.backends import backend_of
 from launcher.engine.finish import finish
 from launcher.engine.load import load_job
-from launcher.engine.plan import RunPlan, build_plan, validate_plan
+from launcher.engine.plan import RunPlan, build_plan, require_liger, validate_plan
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
@@ -229,6 +229,8 @@ def probe_before_run(
     from launcher.engine.split import auto_plan  # noqa: PLC0415
     from launcher.planning.probe import run_probe  # noqa: PLC0415
 
+    if job.spec.plan_liger:  # before the probe's minutes: its candidates would all fail at start
+        require_liger(facts, "plan_liger: true lets the plan switch liger kernels on")
     training = auto_plan(job, dict(job.train.data), facts)
     run.set_status("probing")
     workdir = run.path / "probe"
