@@ -14,8 +14,10 @@ import yaml
 from mift_testsupport.paths import REPO_ROOT
 
 if TYPE_CHECKING:
+    import subprocess
     from pathlib import Path
 
+    from mift_testsupport.cluster import Cluster
     from mift_testsupport.rig import Rig
 
 NODES = (1, 2)
@@ -74,3 +76,28 @@ def provision_slurm(rig: Rig, inventory: Path, log: Path) -> float:
     log.write_text(out.stdout + out.stderr)
     assert out.returncode == 0, out.stdout[-6000:]
     return time.monotonic() - t0
+
+
+def kill_and_follow(
+    cluster: Cluster, proc: subprocess.Popen[str], log: Path, name: str, *, host: int, pid: int
+) -> tuple[dict[str, Any], float]:
+    """Kill one node's trainer (its whole process group on test host ``host``), wait until no trainer is left
+    on any host (at most 30 s), follow the launcher to its end.
+
+    Checks what both Slurm modes must show: exit 1, run ``failed`` with Slurm's ``FAILED`` state. Returns the
+    run's record and the seconds from the kill to the launcher's end.
+    """
+    from mift_testsupport.launcher import finish  # noqa: PLC0415
+
+    t0 = time.monotonic()
+    cluster.ssh(host, f"kill -9 -- -{pid}")
+    took = cluster.wait_no_trainers(30, since=t0)
+    out = finish(proc, log)
+    ended = time.monotonic() - t0
+    assert proc.returncode == 1, out
+    rec = cluster.record(name)
+    print(f"no trainer left {took:.1f} s after the kill; launcher ended after {ended:.1f} s")
+    print(rec["result_reason"])
+    assert rec["status"] == "failed", rec
+    assert rec["result_reason"].startswith(f"slurm job {rec['slurm']['job_id']} FAILED"), rec["result_reason"]
+    return rec, ended
