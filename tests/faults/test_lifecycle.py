@@ -58,10 +58,20 @@ def _stop_after_checkpoint(cluster: Cluster, name: str) -> tuple[str, int, int, 
     proc.wait(timeout=300)
     record = cluster.record(name)
     assert record.get("status") == "stopped", log.read_text()[-3000:]
-    checkpoints = cluster.ssh(1, f"ls -d {RESUME_OUT}/checkpoint-* 2>/dev/null; true").split()
-    last = max((int(c.rsplit("-", 1)[1]) for c in checkpoints), default=0)
     steps = _steps(cluster, 1)
-    return str(record["run_id"]), last, max(steps or [0]), len(steps)
+    return str(record["run_id"]), _last_complete_checkpoint(cluster), max(steps or [0]), len(steps)
+
+
+def _last_complete_checkpoint(cluster: Cluster) -> int:
+    """The step a resume must start after: the last checkpoint complete (trainer_state.json written) on every
+    node. A Ctrl-C that lands while a checkpoint is being saved leaves that folder cut short on one node or
+    both (CI saw checkpoint-16 listed, 12 the last complete one); docs/launcher.md: resume skips such folders.
+    """
+    complete = []
+    for host in HOSTS:
+        listed = cluster.ssh(host, f"ls {RESUME_OUT}/checkpoint-*/trainer_state.json 2>/dev/null; true")
+        complete.append({int(m) for m in re.findall(r"checkpoint-(\d+)/trainer_state\.json", listed)})
+    return max(set.intersection(*complete), default=0)
 
 
 def test_resume_run_option(cluster: Cluster, fault_record: dict[str, Any]) -> None:
