@@ -83,6 +83,7 @@ def test_tiny_zero3_across_two_nodes_through_slurm(cluster: Cluster) -> None:
     env2 = json.loads(cluster.ssh(2, f"cat /var/lib/mift/runs/{rec['run_id']}/env.json"))
     assert (env2["NODE_RANK"], env2["NNODES"], env2["MASTER_ADDR"]) == ("1", "2", "host1")
     assert env2["FORCE_TORCHRUN"] == "1"
+    assert rec["master_addr"] == "host1" and rec["node_env"]["host1"]["MASTER_ADDR"] == "host1"  # not the plan's
     status = cluster.run("status", rec["run_id"])
     assert status.returncode == 0 and "succeeded" in status.stdout and "COMPLETED" in status.stdout
     listing = cluster.run("list")

@@ -148,6 +148,7 @@ def test_tiny_zero3_across_two_nodes_from_the_login_host_alone(cluster: LoginClu
     assert "--nodelist" not in script and "#SBATCH --nodes=2" in script and "slurm-check" in script
     env1 = json.loads((SHARED / run_id / "rank1" / "env.json").read_text())
     assert (env1["NODE_RANK"], env1["NNODES"], env1["MASTER_ADDR"]) == ("1", "2", "host1")
+    assert rec["master_addr"] == "host1"  # the record says what the allocation gave, not the plan's
     # the launcher reached the login host alone
     seen = launcher_hosts(run)
     print(f"hosts in the run's playbook events: {sorted(seen)}")

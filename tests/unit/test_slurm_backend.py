@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.backends.slurm import first_failure, login_host
+from launcher.backends.slurm import first_failure, login_host, record_master
 from launcher.backends.slurm_script import (
     Allocation,
     Partition,
@@ -26,6 +26,7 @@ from launcher.backends.slurm_script import (
 from launcher.engine.steps import choose_backend
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import SlurmOptions, parse_job_spec
+from launcher.runs import RunDir
 
 AGENT = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_agent.py"
 FAKE = Path(__file__).with_name("fake_trainer.py")
@@ -219,7 +220,28 @@ def test_slurm_step_takes_rank_and_master_from_slurm_and_runs_in_the_foreground(
     assert (env["NODE_RANK"], env["NNODES"], env["MASTER_ADDR"]) == ("1", "2", "nodeA")
     assert env["ROCR_VISIBLE_DEVICES"] == "0"
     assert json.loads((run_dir / "job.json").read_text())["node_rank"] == 1
-    assert json.loads(agent("status", str(run_dir)).stdout)["state"] == "finished"
+    status = json.loads(agent("status", str(run_dir)).stdout)
+    assert (status["state"], status["master_addr"]) == ("finished", "nodeA")  # what the record takes
+
+
+def test_the_record_takes_the_master_the_allocation_gave_the_nodes(tmp_path: Path) -> None:
+    """The plan's MASTER_ADDR (the first inventory host's train_address) is replaced in record.json by the
+    allocation's first node once a node reports it; nodes that report nothing change nothing."""
+    run = RunDir(tmp_path / "r1")
+    run.path.mkdir()
+    env = {"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "0"}
+    run.save(
+        {"run_id": "r1", "master_addr": "10.0.0.1", "node_env": {"h1": env, "h2": {**env, "NODE_RANK": "1"}}}
+    )
+    record_master(run, {"h1": {"state": "queued"}, "h2": {"state": "pending(Resources)"}})
+    assert run.load()["master_addr"] == "10.0.0.1"
+    record_master(run, {"h1": {"state": "running", "master_addr": "nodeA"}, "h2": {"state": "running"}})
+    record = run.load()
+    assert record["master_addr"] == "nodeA"
+    assert record["node_env"] == {
+        "h1": {"MASTER_ADDR": "nodeA", "NODE_RANK": "0"},
+        "h2": {"MASTER_ADDR": "nodeA", "NODE_RANK": "1"},
+    }
 
 
 def test_slurm_step_exits_non_zero_when_the_trainer_fails(tmp_path: Path) -> None:

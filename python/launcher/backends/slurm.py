@@ -184,6 +184,7 @@ class SlurmBackend:
         slurm = dict(job.run.load().get("slurm") or {})
         slurm.update(state=self.last.state, reason=self.last.reason, exit_code=self.last.exit_code)
         job.run.update(slurm=slurm)
+        record_master(job.run, nodes)
         if self.last.state in ("PENDING", "CONFIGURING"):
             shown = f"pending({self.last.reason})" if self.last.reason else "pending"
             nodes = {h: {**n, "state": shown} for h, n in nodes.items()}
@@ -223,6 +224,17 @@ class SlurmBackend:
     def collect(self, job: Job) -> PlaybookResult:
         """Fetch every node's logs, state and metrics (over ssh, as the ssh backend)."""
         return job.collect_nodes()
+
+
+def record_master(run: RunDir, nodes: Mapping[str, Mapping[str, Any]]) -> None:
+    """Put the rendezvous address the allocation gave the trainers (the allocation's first node, which a
+    node's ``slurm-step`` reports) in the run's record, in place of the plan's: Slurm picked it."""
+    placed = next((str(n["master_addr"]) for n in nodes.values() if n.get("master_addr")), None)
+    record = run.load()
+    if placed is None or record.get("master_addr") == placed:
+        return
+    node_env = {h: {**env, "MASTER_ADDR": placed} for h, env in (record.get("node_env") or {}).items()}
+    run.update(master_addr=placed, node_env=node_env)
 
 
 def first_failure(nodes: Mapping[str, Mapping[str, Any]]) -> str:

@@ -405,7 +405,6 @@ def cmd_slurm_step(run_dir: Path, grace: float, ranks: bool = False) -> dict[str
 
     ``ranks``: RUN_DIR is a shared run root (login host only); this node's run directory is its rank's.
     """
-    extra = {"slurm_node": slurm_node(dict(os.environ))}
     if ranks:
         run_dir = rank_dir(run_dir, dict(os.environ))
     job = _read_json(run_dir / contract.JOB_FILE)
@@ -413,6 +412,8 @@ def cmd_slurm_step(run_dir: Path, grace: float, ranks: bool = False) -> dict[str
         return {"ok": False, "error": f"{run_dir}/{contract.JOB_FILE}: no job here (not prepared)"}
     env = _read_json(run_dir / contract.ENV_FILE)
     placed = slurm_placement(dict(os.environ), slurm_nodes(os.environ["SLURM_JOB_NODELIST"]))
+    # the node's state says where Slurm put it and the rendezvous it used (the launcher's record takes them)
+    extra = {"slurm_node": slurm_node(dict(os.environ)), "master_addr": placed["MASTER_ADDR"]}
     env.update({k: v for k, v in placed.items() if k not in SLURM_GPU_ENV or k not in env})
     _write_json(run_dir / contract.ENV_FILE, env, 0o600)
     job["node_rank"] = int(placed["NODE_RANK"])
@@ -647,7 +648,7 @@ def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
         "outputs_complete": bool(expect) and all(outputs.values()),
         "output_dir": str(output_dir),
         "processes": None if remote else _processes(job, run_dir),
-        **({"slurm_node": state["slurm_node"]} if state.get("slurm_node") else {}),
+        **{k: state[k] for k in ("slurm_node", "master_addr") if state.get(k)},  # a Slurm task's placement
         **_log_facts(run_dir / "trainer.log"),
     }
 
