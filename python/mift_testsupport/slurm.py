@@ -6,6 +6,7 @@ nodes: empty files stand in for the render nodes gres.conf names (TEST DOUBLE, a
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -101,3 +102,25 @@ def kill_and_follow(
     assert rec["status"] == "failed", rec
     assert rec["result_reason"].startswith(f"slurm job {rec['slurm']['job_id']} FAILED"), rec["result_reason"]
     return rec, ended
+
+
+def srun_task_env(
+    tmp_path: Path, node_id: str, nodes: tuple[str, ...], node: str | None = None
+) -> dict[str, str]:
+    """The environment srun gives task ``node_id`` of an allocation of ``nodes`` (on ``node``, by default the
+    node_id-th), with a TEST DOUBLE of ``scontrol show hostnames`` on PATH that prints ``nodes``."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    scontrol = bindir / "scontrol"
+    scontrol.write_text(
+        "#!/bin/sh\n# TEST DOUBLE of scontrol show hostnames\n" + "".join(f"echo {n}\n" for n in nodes)
+    )
+    scontrol.chmod(0o755)
+    return {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "SLURM_NODEID": node_id,
+        "SLURMD_NODENAME": node or nodes[int(node_id)],
+        "SLURM_JOB_NODELIST": ",".join(nodes),
+        "ROCR_VISIBLE_DEVICES": "0",
+    }

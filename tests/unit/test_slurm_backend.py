@@ -5,7 +5,6 @@ choice from the inventory."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from launcher.engine.steps import choose_backend
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import SlurmOptions, parse_job_spec
 from launcher.runs import RunDir
+from mift_testsupport.slurm import srun_task_env
 
 AGENT = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_agent.py"
 FAKE = Path(__file__).with_name("fake_trainer.py")
@@ -197,19 +197,7 @@ def prepared_run(tmp_path: Path, *trainer_args: str) -> Path:
 
 
 def slurm_env(tmp_path: Path, node_id: str) -> dict[str, str]:
-    """The environment srun gives a task, with a TEST DOUBLE of `scontrol show hostnames` on PATH."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
-    scontrol = bindir / "scontrol"
-    scontrol.write_text("#!/bin/sh\n# TEST DOUBLE of scontrol show hostnames\necho nodeA; echo nodeB\n")
-    scontrol.chmod(0o755)
-    return {
-        **os.environ,
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "SLURM_NODEID": node_id,
-        "SLURM_JOB_NODELIST": "node[A-B]",
-        "ROCR_VISIBLE_DEVICES": "0",
-    }
+    return srun_task_env(tmp_path, node_id, ("nodeA", "nodeB"))
 
 
 def test_slurm_step_takes_rank_and_master_from_slurm_and_runs_in_the_foreground(tmp_path: Path) -> None:

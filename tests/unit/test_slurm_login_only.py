@@ -6,7 +6,6 @@ system, with a ``scontrol`` TEST DOUBLE (this machine runs no Slurm)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from launcher.engine.steps import choose_backend
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import SlurmOptions, parse_job_spec
 from launcher.preflight import NodeFacts
+from mift_testsupport.slurm import srun_task_env
 
 if TYPE_CHECKING:
     from launcher.engine.plan import RunPlan
@@ -232,19 +232,7 @@ def test_install_refuses_paths_except_rank_bundles(tmp_path: Path) -> None:
 
 
 def task_env(tmp_path: Path, node_id: str, node: str) -> dict[str, str]:
-    """The environment srun gives a task, with a TEST DOUBLE of `scontrol show hostnames` on PATH."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
-    scontrol = bindir / "scontrol"
-    scontrol.write_text("#!/bin/sh\n# TEST DOUBLE of scontrol show hostnames\necho n1; echo n2\n")
-    scontrol.chmod(0o755)
-    return {
-        **os.environ,
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "SLURM_NODEID": node_id,
-        "SLURMD_NODENAME": node,
-        "SLURM_JOB_NODELIST": "n[1-2]",
-    }
+    return srun_task_env(tmp_path, node_id, ("n1", "n2"), node)
 
 
 def test_each_node_runs_its_rank_and_the_login_host_reads_the_states(tmp_path: Path) -> None:
