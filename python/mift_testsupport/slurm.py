@@ -124,3 +124,46 @@ def srun_task_env(
         "SLURM_JOB_NODELIST": ",".join(nodes),
         "ROCR_VISIBLE_DEVICES": "0",
     }
+
+
+def run_to_success(c: Cluster, job: Path, inventory: Path, label: str) -> subprocess.CompletedProcess[str]:
+    """``python -m launcher run JOB -i INVENTORY``, asserted to exit 0; prints its output's tail and time."""
+    t0 = time.monotonic()
+    out = c.run("run", str(job), "-i", str(inventory))
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    print(out.stdout[-2500:])
+    print(f"launcher run ({label}): {took:.1f} s")
+    return out
+
+
+def squeue(c: Cluster) -> list[str]:
+    """The jobs slurmctld still knows (``squeue`` on the head): ``ID STATE REASON`` lines."""
+    return c.ssh(HEAD, "squeue --noheader --format='%i %T %R'").splitlines()
+
+
+def no_run_process(c: Cluster, run_id: str) -> None:
+    """Assert that no process of the run is left on any host (nodes and head): none has the run id in its
+    environment."""
+    for host in (*NODES, HEAD):
+        left = c.ssh(host, f"grep -l {run_id} /proc/[0-9]*/environ 2>/dev/null || true").split()
+        assert left == [], (host, left)
+
+
+def stop_and_check(c: Cluster, run_id: str, name: str) -> dict[str, Any]:
+    """``python -m launcher stop RUN``: what both Slurm modes must show (exit 0, "nothing left running", no
+    trainer, nothing queued, no process of the run on any host, run ``stopped`` by the launcher's scancel).
+    Returns the run's record."""
+    t0 = time.monotonic()
+    stop = c.run("stop", run_id)
+    took = time.monotonic() - t0
+    print(stop.stdout[-1500:])
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert "nothing left running" in stop.stdout
+    c.wait_no_trainers(5)
+    assert squeue(c) == []
+    no_run_process(c, run_id)
+    rec = c.record(name)
+    assert rec["status"] == "stopped" and rec["slurm"]["cancelled_by_launcher"] is True
+    print(f"stop took {took:.1f} s")
+    return rec

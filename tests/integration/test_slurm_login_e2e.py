@@ -35,8 +35,12 @@ from mift_testsupport.slurm import (
     NODES,
     kill_and_follow,
     login_only_inventory,
+    no_run_process,
     provision_slurm,
+    run_to_success,
     slurm_inventory,
+    squeue,
+    stop_and_check,
 )
 
 if TYPE_CHECKING:
@@ -99,10 +103,6 @@ def launcher_hosts(run: Path) -> set[str]:
     return hosts
 
 
-def squeue(c: Cluster) -> list[str]:
-    return c.ssh(HEAD, "squeue --noheader --format='%i %T %R'").splitlines()
-
-
 def wait_rank0_step(c: Cluster, name: str, proc: Any = None, seconds: float = 600) -> str:
     """Wait until rank 0 logged a training step (read in the shared folder); return the run id."""
     deadline = time.monotonic() + seconds
@@ -117,20 +117,9 @@ def wait_rank0_step(c: Cluster, name: str, proc: Any = None, seconds: float = 60
     raise AssertionError(f"no logged training step within {seconds:.0f} s")
 
 
-def no_run_process(c: Cluster, run_id: str) -> None:
-    for host in (*NODES, HEAD):
-        left = c.ssh(host, f"grep -l {run_id} /proc/[0-9]*/environ 2>/dev/null || true").split()
-        assert left == [], (host, left)
-
-
 def test_tiny_zero3_across_two_nodes_from_the_login_host_alone(cluster: LoginCluster) -> None:
     job = login_job(cluster, "login-z3", slurm={"gpus_per_node": 1, "time_limit": "15:00"})
-    t0 = time.monotonic()
-    out = cluster.run("run", str(job), "-i", str(cluster.login_inventory))
-    took = time.monotonic() - t0
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    print(out.stdout[-2500:])
-    print(f"launcher run (slurm backend, login host only): {took:.1f} s")
+    run_to_success(cluster, job, cluster.login_inventory, "slurm backend, login host only")
     rec = cluster.record("login-z3")
     run = cluster.run_dir("login-z3")
     run_id = rec["run_id"]
@@ -217,16 +206,5 @@ def test_stop_cancels_a_running_job_and_leaves_nothing(cluster: LoginCluster) ->
     )
     assert out.returncode == 0, out.stdout + out.stderr
     run_id = wait_rank0_step(cluster, "login-stop")
-    t0 = time.monotonic()
-    stop = cluster.run("stop", run_id)
-    took = time.monotonic() - t0
-    print(stop.stdout[-1500:])
-    assert stop.returncode == 0, stop.stdout + stop.stderr
-    assert "nothing left running" in stop.stdout
-    cluster.wait_no_trainers(5)
-    assert squeue(cluster) == []
-    no_run_process(cluster, run_id)
-    rec = cluster.record("login-stop")
-    assert rec["status"] == "stopped" and rec["slurm"]["cancelled_by_launcher"] is True
+    stop_and_check(cluster, run_id, "login-stop")
     assert launcher_hosts(cluster.run_dir("login-stop")) == {f"host{HEAD}"}
-    print(f"stop took {took:.1f} s")
