@@ -324,7 +324,7 @@ def test_resume_true_names_the_last_checkpoint_complete_on_every_node(tmp_path: 
 def test_liger_on_a_node_without_liger_kernel_is_refused_before_anything_starts(
     tmp_path: Path, optional: dict[str, Any] | None, refused: bool
 ):
-    """LLaMA-Factory fails at start without liger-kernel (provisioning does not install it): one line."""
+    """LLaMA-Factory fails at start without liger-kernel (provisioned only when asked): one line."""
     facts = _h200()
     if optional is not None:  # None: the probe could not ask the node's venv, nothing to judge
         facts.probe["n1"]["optional"] = optional
@@ -343,7 +343,9 @@ def test_liger_on_a_node_without_liger_kernel_is_refused_before_anything_starts(
         job = load_job(_job(tmp_path, spec, **train))
         if refused:
             with pytest.raises(
-                ConfigurationError, match=rf"^n1: the {re.escape(why)}, but liger-kernel is not"
+                ConfigurationError,
+                match=rf"^n1: the {re.escape(why)}, but liger-kernel is not installed in the node's venv: "
+                "provision with llamafactory_liger_kernel: true",
             ):
                 build_plan(job, facts, "r1")
         else:

@@ -205,15 +205,16 @@ def _configs(
 def require_liger(facts: NodeFacts, why: str) -> None:
     """Refuse, in one line naming the host, a job that needs liger-kernel on a node whose venv lacks it.
 
-    Provisioning does not install it; LLaMA-Factory would fail at start on every node. Preflight's probe
-    reports it (``optional``); a node whose probe could not ask its venv is not judged here.
+    Provisioning installs it only when asked (``llamafactory_liger_kernel: true``); without it
+    LLaMA-Factory would fail at start on every node. Preflight's probe reports it (``optional``); a node
+    whose probe could not ask its venv is not judged here.
     """
     for host in facts.hosts:
         optional = facts.probe.get(host, {}).get("optional")
         if isinstance(optional, dict) and not optional.get("liger_kernel"):
             raise ConfigurationError(
-                f"{host}: {why}, but liger-kernel is not installed in the node's venv: install it there "
-                "(pip install liger-kernel) or leave liger off; nothing was started"
+                f"{host}: {why}, but liger-kernel is not installed in the node's venv: provision with "
+                "llamafactory_liger_kernel: true or leave liger off; nothing was started"
             )
 
 
