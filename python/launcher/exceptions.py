@@ -6,6 +6,7 @@ they were found to where they are printed; ``str(err)`` is the one line the CLI 
 
 from __future__ import annotations
 
+import signal
 from typing import TYPE_CHECKING
 
 from launcher.exit_codes import BAD_INPUT, JOB_FAILED, ExitCode
@@ -47,3 +48,22 @@ class JobFailedError(LauncherError):
     """The job (or a remote step) failed; logs are kept in the run directory."""
 
     exit_code = JOB_FAILED
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached the launcher (raised once, by the entry point's handler).
+
+    A subclass, so that every ``except KeyboardInterrupt`` that cleans up still runs; a type of its own, so
+    that CPython never takes it for an unhandled KeyboardInterrupt (see ``launcher/__main__.py``).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def interrupted_line(exc: KeyboardInterrupt) -> str:
+    """The one line printed on stderr: ``interrupted``, ``interrupted (SIGTERM)`` when SIGTERM raised it."""
+    if isinstance(exc, Interrupted) and exc.signum != signal.SIGINT:
+        return f"interrupted ({signal.Signals(exc.signum).name})"
+    return "interrupted"

@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from launcher import __version__
-from launcher.exceptions import LauncherError
+from launcher.exceptions import LauncherError, interrupted_line
 from launcher.exit_codes import BAD_INPUT, JOB_FAILED, ExitCode
 
 if TYPE_CHECKING:
@@ -57,8 +57,8 @@ def cli(argv: Sequence[str] | None = None) -> ExitCode:
             file=sys.stderr,
         )
         return err.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupted:
+        print(interrupted_line(interrupted), file=sys.stderr)
         return JOB_FAILED
     except FileNotFoundError as err:
         if debug:
