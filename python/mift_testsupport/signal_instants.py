@@ -37,6 +37,8 @@ from mift_testsupport.paths import REPO_ROOT
 JOB = "configs/jobs/tiny-lora-z3.yaml"
 FIRST_INSTANT_S = 0.0
 CAUGHT_SIGINT = 1 << (signal.SIGINT - 1)
+HANG_S = 300  # a run interrupted or not ends long before, even on a loaded 2-core machine
+HUNG = -1000  # the returncode recorded for a run that had to be killed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +56,8 @@ class Outcome:
     def kind(self) -> str:
         """``interrupted``, ``completed`` (the command's own result) or ``FAILED: ...``."""
         last = (self.stderr.strip().splitlines() or [""])[-1]
+        if self.returncode == HUNG:
+            return f"FAILED: hung after the signal; {self.stderr[-2000:]}"
         if self.returncode == 1 and last.startswith("interrupted"):
             return "interrupted"
         if self.returncode == 0 and ": ok (" in self.stdout and "Traceback" not in self.stderr:
@@ -67,6 +71,19 @@ def _launcher_env(pythonpath: Path | None, cache: str) -> dict[str, str]:
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     return env
+
+
+def _stacks(pid: int) -> str:
+    """The Python stacks of a hung process (py-spy, when installed), else its kernel wait channel."""
+    try:
+        return subprocess.run(
+            ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            return "wchan: " + Path(f"/proc/{pid}/wchan").read_text()
+        except OSError:
+            return ""
 
 
 def _handlers_in_place(pid: int) -> bool:
@@ -100,7 +117,15 @@ def run_once(signum: int, instant_s: float, pythonpath: Path | None = None) -> O
         sent = proc.poll() is None
         if sent:
             proc.send_signal(signum)
-        out, err = proc.communicate(timeout=120)
+        try:
+            out, err = proc.communicate(timeout=HANG_S)
+        except subprocess.TimeoutExpired:  # a hang is a failure too: what it was doing, then end it
+            stacks = _stacks(proc.pid)
+            proc.kill()
+            out, err = proc.communicate()
+            return Outcome(
+                signum, instant_s, sent, HUNG, out, err + f"\nhung {HANG_S} s after the signal\n" + stacks
+            )
         return Outcome(signum, instant_s, sent, proc.returncode, out, err)
 
 
