@@ -140,7 +140,7 @@ def run_preflight(
         "mift_run_id": run_id,
         "mift_probe_src": probe_source(),
         "mift_master_port": spec.master_port,
-        "mift_output_dir": output_dir or spec.output_dir.format(run_id=run_id),
+        "mift_output_dir": output_dir or spec.node_output_dir(run_id),
     }
     if spec.node_venv is not None:  # else the inventory's mift_node_venv, else /opt/mift/venv
         extravars["mift_node_venv"] = spec.node_venv

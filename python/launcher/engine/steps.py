@@ -132,7 +132,7 @@ def _checkpoints_of(spec: JobSpec, run_id: str, resume: ResumeFrom | None) -> st
     if resume is not None:
         return resume.output_dir
     if spec.resume is True:
-        return spec.output_dir.format(run_id=run_id)
+        return spec.node_output_dir(run_id)
     return None
 
 
