@@ -33,7 +33,8 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     lines = [
         f"run {record['run_id']}: {record.get('status')}"
         + (f" ({record['result_reason']})" if record.get("result_reason") else ""),
-        f"  nodes       {', '.join(record.get('hosts', []))}  (world size {summary.get('world_size') or '-'})",
+        f"  nodes       {', '.join(record.get('hosts', []))}"
+        f"  (world size {summary.get('world_size') or '-'})",
         f"  steps       {steps_text(record)}",
         f"  final loss  {_num(summary.get('final_loss'), '.4f')}"
         f"  (train_loss {_num(summary.get('train_loss'), '.4f')})",

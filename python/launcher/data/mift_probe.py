@@ -280,7 +280,8 @@ def missing_paths(run_dir: Path, requirements: object) -> list[dict[str, str]]:
         return [{"what": "--require", "path": "", "why": "not a JSON list of objects"}]
     out = []
     for req in requirements:
-        folder = run_dir / str(req.get("path", ""))
+        # lexically: the new run directory does not exist yet, so the kernel could not walk "../" out of it
+        folder = Path(os.path.normpath(run_dir / str(req.get("path", ""))))
         why = ""
         if not folder.exists():
             why = "no such directory"
@@ -391,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         requirements = "not JSON"  # answered as missing: never a traceback
     # relative paths are inside the node run directory (which may not exist yet)
-    ckpt = args.run_dir / args.checkpoints if args.checkpoints is not None else None
+    # lexically, as the trainer will see it: the run directory does not exist yet (``../RUN/output``)
+    ckpt = Path(os.path.normpath(args.run_dir / args.checkpoints)) if args.checkpoints is not None else None
     required = (args.run_dir, requirements) if requirements is not None else None
     facts = cmd_facts(
         args.run_dir / args.path, args.port or None, args.venv, ckpt, args.torch_known, required=required
