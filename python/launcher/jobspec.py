@@ -222,7 +222,7 @@ def template_problem(value: str, known: tuple[str, ...]) -> str | None:
     try:
         parsed = list(string.Formatter().parse(value))
     except ValueError as err:  # "Single '}' encountered in format string", "expected '}' before end ..."
-        return f"{value!r}: {err}; write {{{{ or }}}} for a literal brace (known fields: {names})"
+        return f"{value!r}: a brace that does not pair ({err}); write {{{{ or }}}} for a literal brace"
     for _literal, field_name, spec, conversion in parsed:
         if field_name is None:
             continue
