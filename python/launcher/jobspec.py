@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import string
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -27,6 +28,8 @@ RESERVED_ENV = frozenset(
     {"NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "NPROC_PER_NODE", "FORCE_TORCHRUN", "MIFT_RUN_ID"}
 )
 MASK = "***"
+# the fields a job spec's output_dir may name ({run_id}: the run's id, filled in by JobSpec.node_output_dir)
+OUTPUT_DIR_FIELDS = ("run_id",)
 
 Port = Annotated[int, Field(ge=1024, le=65535)]
 
@@ -139,6 +142,21 @@ class JobSpec(_Strict):
     def _no_traversal(cls, value: str) -> str:
         if ".." in PurePosixPath(value).parts:
             raise ValueError("must not contain '..' (it would leave the node run directory)")
+        why = template_problem(value, OUTPUT_DIR_FIELDS)
+        if why:
+            raise ValueError(why)
+        if "\0" in value or not value.strip():
+            raise ValueError("must be a non-empty path without NUL bytes")
+        return value
+
+    @field_validator("resume")
+    @classmethod
+    def _resume_path(cls, value: bool | str) -> bool | str:
+        if isinstance(value, bool):
+            return value
+        why = resume_path_problem(value)
+        if why:
+            raise ValueError(why)
         return value
 
     @model_validator(mode="after")
@@ -176,6 +194,10 @@ class JobSpec(_Strict):
             raise ValueError("must be an absolute path on the nodes")
         return value
 
+    def node_output_dir(self, run_id: str) -> str:
+        """Return the trainer's output_dir on the nodes for run ``run_id`` (``{run_id}`` filled in)."""
+        return self.output_dir.format(run_id=run_id)  # the fields were checked when the spec was read
+
     @property
     def host_pattern(self) -> str:
         """Return the Ansible host pattern of the job's nodes (order kept)."""
@@ -187,6 +209,45 @@ class JobSpec(_Strict):
         for key, value in self.env.items():
             out[key] = ("1" if value else "0") if isinstance(value, bool) else str(value)
         return out
+
+
+def template_problem(value: str, known: tuple[str, ...]) -> str | None:
+    """Return why ``value`` cannot be filled with ``str.format`` and the ``known`` fields (None: it can).
+
+    A field not in ``known`` (``{nope}``), a positional one (``{}``, ``{0}``), an attribute or index
+    (``{run_id.x}``), a format spec or conversion, and an unpaired brace (write ``{{`` or ``}}`` for a
+    literal one) are each refused, in words that name them.
+    """
+    names = ", ".join(f"{{{k}}}" for k in known)
+    try:
+        parsed = list(string.Formatter().parse(value))
+    except ValueError as err:  # "Single '}' encountered in format string", "expected '}' before end ..."
+        return f"{value!r}: a brace that does not pair ({err}); write {{{{ or }}}} for a literal brace"
+    for _literal, field_name, spec, conversion in parsed:
+        if field_name is None:
+            continue
+        if field_name not in known:
+            kind = "positional field" if not field_name or field_name.isdigit() else "unknown field"
+            return f"{kind} {{{field_name}}}; known: {names} (write {{{{ or }}}} for a literal brace)"
+        if spec or conversion:
+            return f"{{{field_name}}}: no format spec or conversion (write it as {{{field_name}}})"
+    return None
+
+
+# a relative resume path is taken from the trainer's working directory, the new node run directory
+# (/var/lib/mift/runs/<run_id>/): only a path that climbs out of it (../RUN/output/checkpoint-N) can exist
+def resume_path_problem(value: str) -> str | None:
+    """Return why a ``resume`` checkpoint path can never be found on the nodes (None: preflight looks)."""
+    if not value.strip() or "\0" in value:
+        return "must be true, false or a checkpoint path on the nodes"
+    parts = PurePosixPath(value).parts
+    if not value.startswith("/") and (not parts or parts[0] != ".."):
+        return (
+            f"{value}: a relative checkpoint is looked up in the new node run directory "
+            "(/var/lib/mift/runs/<run_id>/), which holds none; give its absolute path on the nodes (e.g. "
+            "<output_dir>/checkpoint-N with an absolute output_dir), or ../<run_id>/output/checkpoint-N"
+        )
+    return None
 
 
 def is_secret(name: str) -> bool:

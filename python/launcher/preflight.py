@@ -1,24 +1,145 @@
-"""Preflight: check every node of a job before anything starts (reachable, same stack, GPUs, port, disk)."""
+"""Preflight: check every node of a job before anything starts.
+
+Reachable, same stack, GPUs, the folders the job needs (model, resume checkpoint, dataset), port, disk.
+"""
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError, JobFailedError
 from launcher.nodeenv import provisioned_env, resolve_nproc
+from launcher.problems import Problem
 from launcher.torch_answers import TorchAnswers
 from launcher.torchinfo import cuda_hosts, cuda_note, torch_gpu_mem_gib, torch_stack
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from launcher.jobspec import JobSpec
     from launcher.runner import PlaybookRunner
 
 # stack fact keys that differ per host by nature and are not versions
 _NOT_VERSIONS = ("host", "hostname", "time", "date", "checked", "path", "node")
 GIB = 1024**3
+# what a Hugging Face model folder holds: its config and its weights (one file, or an index and its shards)
+MODEL_FILES = (
+    ("config.json",),
+    (
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "pytorch_model.bin",
+        "pytorch_model.bin.index.json",
+    ),
+)
+ADAPTER_FILES = (("adapter_config.json",), ("adapter_model.safetensors", "adapter_model.bin"))
+# a checkpoint the Trainer resumes from: trainer_state.json is written last (the probe's COMPLETE_MARKER),
+# then DeepSpeed's global_step* folder (transformers' deepspeed_load_checkpoint), else the weights
+# (transformers' _load_from_checkpoint)
+CHECKPOINT_WEIGHTS = (
+    "model.safetensors",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+    "adapter_model.bin",
+    "model.safetensors.index.json",
+    "pytorch_model.bin.index.json",
+)
+# LLaMA-Factory's dataset_dir values that are not a folder on the node
+DATASET_DIR_NOT_LOCAL = ("REMOTE:", "none")
+DEFAULT_DATASET_DIR = "data"  # LLaMA-Factory's default, relative to the trainer's working directory
+
+
+@dataclass(frozen=True)
+class NodePath:
+    """A folder every node of the job must hold before the start, checked by preflight's probe.
+
+    Attributes:
+        what: the key that names it (``model_name_or_path``, ``resume``, ``dataset_dir``).
+        path: the node path as the trainer gets it (relative: in the node run directory, its working
+            directory).
+        files: groups of file names or globs; one of each group must be in the folder.
+        datasets: names the folder's ``dataset_info.json`` must list (with their local files).
+    """
+
+    what: str
+    path: str
+    files: tuple[tuple[str, ...], ...] = ()
+    datasets: tuple[str, ...] = ()
+
+    def as_extravar(self) -> dict[str, Any]:
+        """Return the requirement as the probe reads it (``--require``)."""
+        return {k: [list(g) for g in v] if k == "files" else v for k, v in asdict(self).items()}
+
+
+def _is_local_path(value: str) -> bool:
+    """True for what transformers opens as a folder, not a hub id: absolute, ``./``, ``../``."""
+    return value.startswith(("/", "./", "../")) or value in (".", "..")
+
+
+def _names(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(n.strip() for n in value.split(",") if n.strip())
+    if isinstance(value, list):
+        return tuple(str(n).strip() for n in value if str(n).strip())
+    return ()
+
+
+def node_paths(
+    train: Mapping[str, Any], spec: JobSpec, *, deepspeed: bool | None, resume_run: bool = False
+) -> list[NodePath]:
+    """Return the folders the job's trainers open at start, to be found on every node by preflight.
+
+    Args:
+        train: the training YAML as read.
+        spec: the job spec (``resume``: a named checkpoint).
+        deepspeed: the run uses DeepSpeed (True), does not (False), or the planner decides later (None).
+        resume_run: ``run --resume``: the checkpoint is found by listing the resumed run's output_dir instead.
+    """
+    out = []
+    model = train.get("model_name_or_path")
+    if isinstance(model, str) and _is_local_path(model):
+        out.append(NodePath("model_name_or_path", model, MODEL_FILES))
+    adapters = train.get("adapter_name_or_path")
+    for adapter in _names(adapters) if isinstance(adapters, str) else ():
+        if _is_local_path(adapter):
+            out.append(NodePath("adapter_name_or_path", adapter, ADAPTER_FILES))
+    if isinstance(spec.resume, str) and not resume_run:
+        weights = {
+            True: ("global_step*",),
+            False: CHECKPOINT_WEIGHTS,
+            None: ("global_step*", *CHECKPOINT_WEIGHTS),
+        }
+        out.append(NodePath("resume", spec.resume, (("trainer_state.json",), weights[deepspeed])))
+    datasets = _names(train.get("dataset")) + _names(train.get("eval_dataset"))
+    dataset_dir = train.get("dataset_dir", DEFAULT_DATASET_DIR)
+    if (
+        datasets
+        and isinstance(dataset_dir, str)
+        and not train.get("tokenized_path")  # a saved tokenized dataset is loaded instead, when it exists
+        and not dataset_dir.startswith(DATASET_DIR_NOT_LOCAL[0])
+        and dataset_dir.lower() != DATASET_DIR_NOT_LOCAL[1]
+    ):
+        out.append(
+            NodePath("dataset_dir", dataset_dir, (("dataset_info.json",),), tuple(dict.fromkeys(datasets)))
+        )
+    return out
+
+
+def missing_problems(facts: NodeFacts) -> list[Problem]:
+    """Return one problem per missing node path, naming every host that lacks it (in rank order)."""
+    lacking: dict[tuple[str, str, str], list[str]] = {}
+    for host in facts.hosts:
+        for item in facts.probe[host].get("missing") or []:
+            if isinstance(item, dict):
+                key = (str(item.get("what", "")), str(item.get("path", "")), str(item.get("why", "")))
+                lacking.setdefault(key, []).append(host)
+    return [
+        Problem(", ".join(hosts), what, f"{path}: {why}", "node-path")
+        for (what, path, why), hosts in lacking.items()
+    ]
 
 
 @dataclass
@@ -125,6 +246,7 @@ def run_preflight(
     *,
     output_dir: str | None = None,
     checkpoints_of: str | None = None,
+    requires: Sequence[NodePath] = (),
 ) -> NodeFacts:
     """Run the preflight playbook (read-only on the nodes) and check its facts; errors name the host.
 
@@ -134,18 +256,21 @@ def run_preflight(
         run_id: the new run's id (node paths relative to its node run directory).
         output_dir: the node output_dir when it is not the spec's (``run --resume``).
         checkpoints_of: a node path whose ``checkpoint-N`` folders are listed (``run --resume``).
+        requires: the folders every node must hold (:func:`node_paths`), checked by the same probe.
     """
     extravars: dict[str, Any] = {
         "mift_hosts": spec.host_pattern,
         "mift_run_id": run_id,
         "mift_probe_src": probe_source(),
         "mift_master_port": spec.master_port,
-        "mift_output_dir": output_dir or spec.output_dir.format(run_id=run_id),
+        "mift_output_dir": output_dir or spec.node_output_dir(run_id),
     }
     if spec.node_venv is not None:  # else the inventory's mift_node_venv, else /opt/mift/venv
         extravars["mift_node_venv"] = spec.node_venv
     if checkpoints_of:
         extravars["mift_checkpoints_of"] = checkpoints_of
+    if requires:
+        extravars["mift_require"] = [r.as_extravar() for r in requires]
     torch_answers = TorchAnswers()  # torch is asked again only where what it depends on changed
     extravars["mift_torch_known"] = torch_answers.known()
     result = runner.run("preflight", extravars)
@@ -234,6 +359,14 @@ def _gpu_unverified(gpus: dict[str, Any]) -> str | None:
     return " ".join(str(first).split()) if first else f"GPU verification failed (arch {arch})"
 
 
+def _refuse_missing(facts: NodeFacts) -> None:
+    """Refuse the job when a folder it needs is missing on a node (a problem per folder, naming its hosts)."""
+    missing = missing_problems(facts)
+    if missing:  # the CLI prints them on one line
+        line = "; ".join(str(p) for p in missing)
+        raise ConfigurationError(f"{line}; nothing was started", problems=missing)
+
+
 def _check(facts: NodeFacts, spec: JobSpec) -> None:
     for host in facts.hosts:
         probe = facts.probe[host]
@@ -265,6 +398,7 @@ def _check(facts: NodeFacts, spec: JobSpec) -> None:
                 f"{host}: GPUs not verified (ansible_local.mift_gpus): {why}; fix the node or leave it out "
                 "of hosts"
             )
+    _refuse_missing(facts)
     for host in facts.hosts:
         probe = facts.probe[host]
         free = int(probe.get("free_bytes") or 0)

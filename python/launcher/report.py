@@ -15,14 +15,27 @@ def _num(value: object, spec: str) -> str:
     return format(value, spec) if isinstance(value, int | float) else "-"
 
 
+def steps_text(record: dict[str, Any]) -> str:
+    """Return the steps a run logged, ``5/8``; a run that ended before its first logged step says so."""
+    summary = record.get("summary") or {}
+    steps, total = summary.get("steps"), summary.get("total_steps")
+    if isinstance(steps, int):
+        return f"{steps}/{total if isinstance(total, int) else '-'}"
+    status = str(record.get("status") or "")
+    if status in ("failed", "stopped"):
+        return f"none: {status} before its first step"
+    return "none logged"
+
+
 def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     """Return the summary of a finished run."""
     summary = record.get("summary") or {}
     lines = [
         f"run {record['run_id']}: {record.get('status')}"
         + (f" ({record['result_reason']})" if record.get("result_reason") else ""),
-        f"  nodes       {', '.join(record.get('hosts', []))}  (world size {summary.get('world_size', '-')})",
-        f"  steps       {summary.get('steps', '-')}/{summary.get('total_steps', '-')}",
+        f"  nodes       {', '.join(record.get('hosts', []))}"
+        f"  (world size {summary.get('world_size') or '-'})",
+        f"  steps       {steps_text(record)}",
         f"  final loss  {_num(summary.get('final_loss'), '.4f')}"
         f"  (train_loss {_num(summary.get('train_loss'), '.4f')})",
         f"  runtime     {_num(summary.get('train_runtime'), '.1f')} s"

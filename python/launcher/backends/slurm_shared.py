@@ -65,7 +65,7 @@ def preflight_spec(spec: JobSpec, login: str) -> JobSpec:
 def preflight_output_dir(spec: JobSpec, run_id: str) -> str:
     """Return where rank 0's outputs go (absolute: preflight checks the shared file system's free space)."""
     assert spec.slurm.shared_dir is not None
-    output_dir = spec.output_dir.format(run_id=run_id)
+    output_dir = spec.node_output_dir(run_id)
     if output_dir.startswith("/"):
         return output_dir
     return f"{run_root(spec.slurm.shared_dir, run_id)}/rank0/{output_dir}"

@@ -6,12 +6,14 @@ directory created). One command prints one JSON object (read by ``launcher.prefl
 the outputs go, whether the master port is free, the trainer entry point, the stack versions installed in the
 node venv now, the local facts provisioning wrote (``/etc/ansible/facts.d/mift_{stack,gpus,flash_attn}.fact``,
 JSON; read here, so that preflight needs no fact-gathering round trip), the ``checkpoint-N`` folders of a run
-to resume, and what the trainer's torch reports (CUDA or ROCm build, GPU count and memory:
-``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cli``, which is what a ``pip install
---target`` folder has). The versions and torch are asked in parallel. Never fails: preflight decides what the
-answers mean.
+to resume, the node paths the job needs (``--require``: the model folder, a named resume checkpoint, the
+dataset folder; answered as ``missing``), and what the trainer's torch reports (CUDA or ROCm build, GPU count
+and memory: ``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cli``, which is what a ``pip
+install --target`` folder has). The versions and torch are asked in parallel. Never fails: preflight decides
+what the answers mean.
 
-    python3 - RUN_DIR [--path OUTPUT_DIR] [--port PORT] [--venv VENV] [--checkpoints DIR] < mift_probe.py
+    python3 - RUN_DIR [--path OUTPUT_DIR] [--port PORT] [--venv VENV] [--checkpoints DIR] [--require JSON]
+        < mift_probe.py
 """
 
 from __future__ import annotations
@@ -218,6 +220,88 @@ def checkpoints(path: Path) -> list[int]:
     return sorted(found)
 
 
+# LLaMA-Factory's dataset_info.json entries that are not files in dataset_dir (hub, script, cloud)
+REMOTE_DATASET_KEYS = ("hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name")
+
+
+def _first_match(folder: Path, patterns: list[str]) -> Path | None:
+    for pattern in patterns:
+        found = sorted(folder.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+def _index_gap(index: Path) -> str | None:
+    """Return the first shard a ``*.index.json`` names that is not next to it (None: all there)."""
+    try:
+        weight_map = json.loads(index.read_text()).get("weight_map")
+    except (OSError, ValueError, AttributeError):
+        return f"{index.name}: not a readable weights index"
+    if not isinstance(weight_map, dict) or not weight_map:
+        return f"{index.name}: names no weight files"
+    for shard in sorted({str(v) for v in weight_map.values()}):
+        if not (index.parent / shard).is_file():
+            return f"{shard} (named by {index.name}) missing"
+    return None
+
+
+def _dataset_gaps(folder: Path, names: list[str]) -> list[str]:
+    """Return what LLaMA-Factory would not find: an entry of dataset_info.json, an entry's local file."""
+    try:
+        info = json.loads((folder / "dataset_info.json").read_text())
+    except (OSError, ValueError):
+        return []  # reported by the dataset_info.json requirement itself
+    if not isinstance(info, dict):
+        return ["dataset_info.json: not a JSON object"]
+    gaps = []
+    for name in names:
+        entry = info.get(name)
+        if not isinstance(entry, dict):
+            gaps.append(f"dataset {name!r} not in dataset_info.json")
+        elif (
+            isinstance(entry.get("file_name"), str)
+            and not any(entry.get(k) for k in REMOTE_DATASET_KEYS)
+            and not (folder / entry["file_name"]).exists()
+        ):
+            gaps.append(f"{name}: {folder / entry['file_name']} missing")
+    return gaps
+
+
+def missing_paths(run_dir: Path, requirements: object) -> list[dict[str, str]]:
+    """Return one ``{what, path, why}`` per node path the job needs that is absent or incomplete here.
+
+    Each requirement: ``what`` (the key that names it), ``path`` (relative: in the run directory, the
+    trainer's working directory), ``files`` (groups of glob patterns: one of each group must be in the
+    folder; a match ending in ``.index.json`` needs the shards it names), ``datasets`` (names that
+    dataset_info.json must list, with their local files).
+    """
+    if not isinstance(requirements, list) or not all(isinstance(r, dict) for r in requirements):
+        return [{"what": "--require", "path": "", "why": "not a JSON list of objects"}]
+    out = []
+    for req in requirements:
+        # lexically: the new run directory does not exist yet, so the kernel could not walk "../" out of it
+        folder = Path(os.path.normpath(run_dir / str(req.get("path", ""))))
+        why = ""
+        if not folder.exists():
+            why = "no such directory"
+        elif not folder.is_dir():
+            why = "not a directory"
+        else:
+            gaps = []
+            for group in req.get("files") or []:
+                found = _first_match(folder, [str(g) for g in group])
+                if found is None:
+                    gaps.append(" or ".join(str(g) for g in group) + " missing")
+                elif found.name.endswith(".index.json"):
+                    gaps.extend(g for g in [_index_gap(found)] if g)
+            gaps.extend(_dataset_gaps(folder, [str(n) for n in req.get("datasets") or []]))
+            why = "; ".join(gaps)
+        if why:
+            out.append({"what": str(req.get("what", "")), "path": str(folder), "why": why})
+    return out
+
+
 FACTS_DIR = Path("/etc/ansible/facts.d")
 LOCAL_FACTS = ("mift_stack", "mift_gpus", "mift_flash_attn")
 
@@ -240,12 +324,15 @@ def cmd_facts(
     venv: Path,
     ckpt_dir: Path | None = None,
     torch_known: str | None = None,
+    *,
+    required: tuple[Path, object] | None = None,
 ) -> dict[str, Any]:
     """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point, versions,
     what torch reports.
 
     ``torch_known``: the :func:`torch_key` of the torch answer the controller already holds for this node;
-    when the key is unchanged, torch is not asked again (``{"cached": true, "key": ...}``). Read-only:
+    when the key is unchanged, torch is not asked again (``{"cached": true, "key": ...}``). ``required``: the
+    run directory and the node paths the job needs (:func:`missing_paths`; None: not asked). Read-only:
     nothing is written on the node.
     """
     cli = venv / "bin" / "llamafactory-cli"
@@ -269,6 +356,7 @@ def cmd_facts(
             "versions": _only(versions.result(), STACK_DISTS),
             "optional": _only(versions.result(), OPTIONAL_DISTS),
             "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
+            "missing": missing_paths(*required) if required is not None else None,
             "local_facts": local_facts(),
             "torch": {**torch_answer, **({"key": key} if key else {})},
         }
@@ -297,10 +385,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=Path("/opt/mift/venv"), help="the node venv")
     parser.add_argument("--checkpoints", type=Path, default=None, help="list the checkpoint-N folders here")
     parser.add_argument("--torch-known", default=None, help="torch_key of the answer the controller holds")
+    parser.add_argument("--require", default=None, help="JSON list of the node paths the job needs")
     args = parser.parse_args(argv)
+    try:
+        requirements: object = json.loads(args.require) if args.require else None
+    except ValueError:
+        requirements = "not JSON"  # answered as missing: never a traceback
     # relative paths are inside the node run directory (which may not exist yet)
-    ckpt = args.run_dir / args.checkpoints if args.checkpoints is not None else None
-    facts = cmd_facts(args.run_dir / args.path, args.port or None, args.venv, ckpt, args.torch_known)
+    # lexically, as the trainer will see it: the run directory does not exist yet (``../RUN/output``)
+    ckpt = Path(os.path.normpath(args.run_dir / args.checkpoints)) if args.checkpoints is not None else None
+    required = (args.run_dir, requirements) if requirements is not None else None
+    facts = cmd_facts(
+        args.run_dir / args.path, args.port or None, args.venv, ckpt, args.torch_known, required=required
+    )
     print(json.dumps(facts))
     return 0
 

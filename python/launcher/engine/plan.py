@@ -174,7 +174,7 @@ def _configs(
         train["deepspeed"] = DS_FILE  # relative: the trainer runs in the node run directory
     else:
         train.pop("deepspeed", None)
-    output_dir = spec.output_dir.format(run_id=run_id)
+    output_dir = spec.node_output_dir(run_id)
     if spec.resume is False:
         train["overwrite_output_dir"] = True
         train.pop("resume_from_checkpoint", None)

@@ -28,7 +28,7 @@ from launcher.inventory import check_hosts
 from launcher.job import Job, Verdict, agent_source
 from launcher.jobspec import mask_env
 from launcher.nodeenv import masked
-from launcher.preflight import PreflightOnce, facts_of_host, run_preflight
+from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
 from launcher.runs import RunDir, new_run_id
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from launcher.engine.plan import ResumeFrom
     from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
-    from launcher.preflight import NodeFacts
+    from launcher.preflight import NodeFacts, NodePath
     from launcher.problems import FileReport
     from launcher.runner import PlaybookRunner
 
@@ -132,8 +132,14 @@ def _checkpoints_of(spec: JobSpec, run_id: str, resume: ResumeFrom | None) -> st
     if resume is not None:
         return resume.output_dir
     if spec.resume is True:
-        return spec.output_dir.format(run_id=run_id)
+        return spec.node_output_dir(run_id)
     return None
+
+
+def _node_paths(job: LoadedJob, resume: ResumeFrom | None) -> list[NodePath]:
+    """The folders every node must hold before the start (model, named resume checkpoint, dataset)."""
+    deepspeed = None if job.deepspeed_from == "auto" else job.deepspeed is not None
+    return node_paths(job.train.data, job.spec, deepspeed=deepspeed, resume_run=resume is not None)
 
 
 def run_job(
@@ -206,6 +212,7 @@ def run_job(
                     run_id,
                     output_dir=resume.output_dir if resume else None,
                     checkpoints_of=_checkpoints_of(spec, run_id, resume),
+                    requires=_node_paths(job, resume),
                 )
                 if preflight_once is not None:
                     preflight_once.keep(facts)
