@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+from launcher.engine.attempts import attempt_lines
 from launcher.follow import render_table
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
         f"  runtime     {_num(summary.get('train_runtime'), '.1f')} s"
         f"   tokens/s {_num(summary.get('tokens_per_s'), '.1f')}",
     ]
+    lines.extend(attempt_lines(record))
     for host, path in (summary.get("adapter_dirs") or {}).items():
         lines.append(f"  adapter     {host}:{path}")
     lines.extend(f"  note        {note}" for note in summary.get("notes") or [])
@@ -74,6 +76,8 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     nodes = record.get("nodes") or {}
     if hosts:
         lines.extend("  " + line for line in render_table(hosts, nodes))
+    if not record.get("summary"):  # the summary lists them once the run ended
+        lines.extend(attempt_lines(record))
     if record.get("summary"):
         lines.extend(summary_lines(record, run)[1:])
     return lines

@@ -76,6 +76,7 @@ class NodeStatus(TypedDict, total=False):
     ranks_joined: list[int]
     world_size: int | None
     teardown_abort: bool
+    failure_lines: list[str]  # how the trainer failed (signal, OOM, GPU errors), for the launcher's recovery
     log_tail: str
 
 

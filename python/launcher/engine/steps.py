@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from launcher import runner as runner_module
 from launcher.backends import backend_of
+from launcher.engine import attempts
 from launcher.engine.finish import finish
 from launcher.engine.load import load_job
 from launcher.engine.plan import RunPlan, build_plan, require_liger, validate_plan
@@ -172,6 +173,7 @@ def run_job(
         if resume is not None:
             raise ConfigurationError(f"{job_path}: run --resume: not supported with slurm.shared_dir yet")
         backend_fields["slurm"] = slurm_shared.record_fields(spec, login, run_id)
+    _check_recovery(spec, job_path, backend_fields.get("backend", "ssh"), detach=detach, out=out)
     interrupted = threading.Event()
     with interrupt_guard(interrupted):
         run = RunDir.create(
@@ -193,6 +195,7 @@ def run_job(
         runner = runner_module.PlaybookRunner(run.ansible_dir, inventory=inv)
         runner.cancel_requested = interrupted
         run.set_status("preflight")
+        attempts.begin(run, 1, time.time())
         try:
             facts = preflight_once.reuse(spec.hosts) if preflight_once and not resume else None
             if facts is None and login is not None:  # the login host stands in for the nodes Slurm picks
@@ -220,9 +223,131 @@ def run_job(
             plan = build_plan(job, facts, run_id, resume, training)
             _refuse(validate_plan(plan))
         except LauncherError as err:
-            run.set_status("stopped" if interrupted.is_set() else "rejected", str(err))
+            state = "stopped" if interrupted.is_set() else "rejected"
+            attempts.end(run, state, str(err))
+            run.set_status(state, str(err))
             raise
-        return _ship_and_follow(run, runner, plan, interrupted=interrupted, detach=detach, out=out)
+        return _attempt_loop(
+            run, runner, plan, interrupted=interrupted, detach=detach, out=out, resume=resume
+        )
+
+
+def _check_recovery(spec: JobSpec, job_path: Path, backend: str, *, detach: bool, out: IO[str]) -> None:
+    """Refuse, in one line, a recovery policy the run cannot follow; note when the default one is off.
+
+    Recovery needs the launcher following the run (not ``--detach``) over the ssh backend (Slurm requeues
+    are its own: issue 28 item 5).
+    """
+    why = "" if backend == "ssh" else f"the {backend} backend does not retry attempts yet"
+    why = why or ("a detached run is not followed: nobody restarts it" if detach else "")
+    if not why or not spec.recovery.enabled:
+        return
+    if "recovery" in spec.model_fields_set:
+        raise ConfigurationError.at(
+            job_path, "recovery", f"{why}; set recovery.max_restarts: 0, or follow it over ssh", "recovery"
+        )
+    print(f"note: recovery off: {why}; the first failure ends the run", file=out)
+
+
+def _next_plan(
+    run: RunDir,
+    runner: PlaybookRunner,
+    previous: RunPlan,
+    resume: ResumeFrom | None,
+    out: IO[str],
+) -> RunPlan:
+    """Preflight again and plan the next attempt: the same training plan (global batch, split, strategy), the
+    same output_dir, resuming from the last checkpoint complete on every node (none: from step 0, said)."""
+    from launcher.engine.plan import ResumeFrom, last_common_checkpoint  # noqa: PLC0415
+
+    spec = previous.spec
+    facts = run_preflight(
+        runner, spec, run.run_id, output_dir=previous.output_dir, checkpoints_of=previous.output_dir
+    )
+    step = last_common_checkpoint(facts)
+    source = None
+    if step is not None or resume is not None:  # `run --resume` without one: refused (nothing to resume)
+        source = ResumeFrom(resume.run_id if resume else run.run_id, previous.output_dir)
+    if step is not None:
+        print(f"resuming from {previous.output_dir}/checkpoint-{step} (complete on every node)", file=out)
+    elif resume is None:
+        print("no checkpoint complete on every node: the next attempt starts again from step 0", file=out)
+    plan = build_plan(previous.job, facts, run.run_id, source, previous.training)
+    _refuse(validate_plan(plan))
+    return plan
+
+
+def _attempt_loop(
+    run: RunDir,
+    runner: PlaybookRunner,
+    plan: RunPlan,
+    *,
+    interrupted: threading.Event,
+    detach: bool,
+    out: IO[str],
+    resume: ResumeFrom | None,
+) -> ExitCode:
+    """Run attempts until one succeeds, is stopped, or fails in a way the recovery policy does not retry."""
+    from launcher.recovery import Failure, classify, decide  # noqa: PLC0415
+
+    earlier: list[Failure] = []
+    number = 1
+    while True:
+        attempts.planned(run, plan)
+        outcome = _ship_and_follow(run, runner, plan, interrupted=interrupted, detach=detach, out=out)
+        if not isinstance(outcome, tuple):
+            return outcome  # detached: the trainers run on
+        verdict, nodes, job = outcome
+        if verdict.state != "failed":
+            attempts.end(run, verdict.state, verdict.reason)
+            finish(job, verdict, nodes, out=out, announce=True)
+            return OK if verdict.state == "succeeded" else JOB_FAILED
+        failure = classify(verdict.reason, nodes)
+        decision = decide(plan.spec.recovery, earlier, failure)
+        attempts.end(run, "failed", verdict.reason, failure, decision)
+        print(
+            f"attempt {number} failed ({failure.kind}"
+            f"{' on ' + failure.host if failure.host else ''}): {decision.why}",
+            file=out,
+            flush=True,
+        )
+        if not decision.retry:
+            finish(job, verdict, nodes, out=out, announce=True)
+            return JOB_FAILED
+        print(f"failed: {verdict.reason}; stopping every node ...", file=out, flush=True)
+        run.set_status("stopping", verdict.reason)
+        job.stop()
+        run.update(nodes={h: _brief(n) for h, n in nodes.items()})
+        run.set_status("recovering", decision.why)
+        if interrupted.wait(decision.backoff_s):
+            verdict = Verdict("stopped", "interrupted (Ctrl-C) while waiting to retry")
+            finish(job, verdict, nodes, out=out, stopped=True)
+            return JOB_FAILED
+        earlier.append(failure)
+        number += 1
+        print(f"attempt {number}: preflight ...", file=out, flush=True)
+        run.set_status("preflight", f"attempt {number}")
+        attempts.begin(run, number, time.time())
+        try:
+            plan = _next_plan(run, runner, plan, resume, out)
+        except LauncherError as err:
+            stopped = interrupted.is_set()
+            why = f"attempt {number}: {err}"
+            never = Failure("preflight", "", str(err))
+            attempts.end(run, "stopped" if stopped else "failed", str(err), None if stopped else never)
+            finish(
+                job,
+                Verdict("stopped" if stopped else "failed", why),
+                nodes,
+                out=out,
+                stopped=True,
+                announce=True,
+            )
+            return JOB_FAILED
+
+
+def _brief(node: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in node.items() if k != "log_tail"}
 
 
 def probe_before_run(
@@ -287,7 +412,9 @@ def _ship_and_follow(
     interrupted: threading.Event,
     detach: bool,
     out: IO[str],
-) -> ExitCode:
+) -> ExitCode | tuple[Verdict, dict[str, dict[str, Any]], Job]:
+    """Start the plan's trainers and follow them; return the verdict, the last node states and the job (the
+    caller finishes or retries), or OK once a detached run started."""
     spec, facts = plan.spec, plan.facts
     _write_node_files(run, plan)
     for note in facts.notes:
@@ -338,11 +465,8 @@ def _ship_and_follow(
     run.update(start_s=round(time.monotonic() - t_start, 2), started={h: s for h, s in started.items() if s})
     if interrupted.is_set() or not launch.ok:
         if interrupted.is_set():
-            verdict = Verdict("stopped", "interrupted (Ctrl-C) while starting")
-        else:
-            verdict = Verdict("failed", _launch_failure(launch.failures))
-        finish(job, verdict, out=out, announce=True)
-        return JOB_FAILED
+            return Verdict("stopped", "interrupted (Ctrl-C) while starting"), {}, job
+        return Verdict("failed", _launch_failure(launch.failures)), {}, job
     run.set_status("running")
     slurm = run.load().get("slurm")
     master_addr = plan.master_addr
@@ -375,8 +499,7 @@ def _ship_and_follow(
         job_timeout_s=spec.timeouts.job_s,
         out=out,
     )
-    finish(job, verdict, nodes, out=out, announce=True)
-    return OK if verdict.state == "succeeded" else JOB_FAILED
+    return verdict, nodes, job
 
 
 def _launch_failure(failures: dict[str, str]) -> str:
