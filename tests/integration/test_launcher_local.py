@@ -50,8 +50,8 @@ def lab(tmp_path: Path) -> dict[str, Path]:
     return {"root": tmp_path, "inventory": tmp_path / "hosts.yml", "runs": tmp_path / "runs"}
 
 
-def job_spec(lab: dict[str, Path], name: str, **env: object) -> Path:
-    spec = {
+def job_spec(lab: dict[str, Path], name: str, *, recovery: dict | None = None, **env: object) -> Path:
+    spec: dict[str, object] = {
         "name": name,
         "train_config": "configs/train/train.yaml",
         "deepspeed": str(REPO / "configs" / "deepspeed" / "ds_z3.json"),
@@ -62,6 +62,8 @@ def job_spec(lab: dict[str, Path], name: str, **env: object) -> Path:
         "timeouts": {"stop_grace_s": 3},
         "env": {"FAKE_STEPS": 6, "FAKE_STEP_S": 0.4, "HF_TOKEN": "hf_secret_value", **env},
     }
+    if recovery is not None:
+        spec["recovery"] = recovery
     path = lab["root"] / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -163,7 +165,9 @@ def test_run_succeeds_with_metrics_plot_and_masked_secret(lab: dict[str, Path]) 
 
 
 def test_killed_trainer_fails_the_job_everywhere(lab: dict[str, Path]) -> None:
-    proc = start(lab, "run", str(job_spec(lab, "kill", FAKE_STEPS=200)), "-i", str(lab["inventory"]))
+    # recovery off: this case shows the stop everywhere that ends a run (recovery retries a killed trainer)
+    job = job_spec(lab, "kill", recovery={"max_restarts": 0}, FAKE_STEPS=200)
+    proc = start(lab, "run", str(job), "-i", str(lab["inventory"]))
     wait_for(
         lambda: any(lab["runs"].iterdir()) and node_state(lab, 1, only_run(lab).name).get("pid"),
         400,
