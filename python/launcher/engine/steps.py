@@ -173,7 +173,7 @@ def run_job(
         if resume is not None:
             raise ConfigurationError(f"{job_path}: run --resume: not supported with slurm.shared_dir yet")
         backend_fields["slurm"] = slurm_shared.record_fields(spec, login, run_id)
-    _check_recovery(spec, job_path, backend_fields.get("backend", "ssh"), detach=detach, out=out)
+    recover = _check_recovery(spec, job_path, backend_fields.get("backend", "ssh"), detach=detach, out=out)
     interrupted = threading.Event()
     with interrupt_guard(interrupted):
         run = RunDir.create(
@@ -228,12 +228,13 @@ def run_job(
             run.set_status(state, str(err))
             raise
         return _attempt_loop(
-            run, runner, plan, interrupted=interrupted, detach=detach, out=out, resume=resume
+            run, runner, plan, interrupted=interrupted, detach=detach, out=out, resume=resume, recover=recover
         )
 
 
-def _check_recovery(spec: JobSpec, job_path: Path, backend: str, *, detach: bool, out: IO[str]) -> None:
-    """Refuse, in one line, a recovery policy the run cannot follow; note when the default one is off.
+def _check_recovery(spec: JobSpec, job_path: Path, backend: str, *, detach: bool, out: IO[str]) -> bool:
+    """Return True when the run retries failed attempts; refuse, in one line, a recovery policy the run cannot
+    follow; note when the default one is off.
 
     Recovery needs the launcher following the run (not ``--detach``) over the ssh backend (Slurm requeues
     are its own: issue 28 item 5).
@@ -241,12 +242,13 @@ def _check_recovery(spec: JobSpec, job_path: Path, backend: str, *, detach: bool
     why = "" if backend == "ssh" else f"the {backend} backend does not retry attempts yet"
     why = why or ("a detached run is not followed: nobody restarts it" if detach else "")
     if not why or not spec.recovery.enabled:
-        return
+        return spec.recovery.enabled
     if "recovery" in spec.model_fields_set:
         raise ConfigurationError.at(
             job_path, "recovery", f"{why}; set recovery.max_restarts: 0, or follow it over ssh", "recovery"
         )
     print(f"note: recovery off: {why}; the first failure ends the run", file=out)
+    return False
 
 
 def _next_plan(
@@ -286,8 +288,10 @@ def _attempt_loop(
     detach: bool,
     out: IO[str],
     resume: ResumeFrom | None,
+    recover: bool,
 ) -> ExitCode:
-    """Run attempts until one succeeds, is stopped, or fails in a way the recovery policy does not retry."""
+    """Run attempts until one succeeds, is stopped, or fails in a way the recovery policy does not retry
+    (``recover`` False: the first failure ends the run, as it is judged)."""
     from launcher.recovery import Failure, classify, decide  # noqa: PLC0415
 
     earlier: list[Failure] = []
@@ -298,7 +302,7 @@ def _attempt_loop(
         if not isinstance(outcome, tuple):
             return outcome  # detached: the trainers run on
         verdict, nodes, job = outcome
-        if verdict.state != "failed":
+        if verdict.state != "failed" or not recover:
             attempts.end(run, verdict.state, verdict.reason)
             finish(job, verdict, nodes, out=out, announce=True)
             return OK if verdict.state == "succeeded" else JOB_FAILED
@@ -312,7 +316,7 @@ def _attempt_loop(
             flush=True,
         )
         if not decision.retry:
-            finish(job, verdict, nodes, out=out, announce=True)
+            finish(job, Verdict("failed", f"{failure.reason}; {decision.why}"), nodes, out=out, announce=True)
             return JOB_FAILED
         print(f"failed: {verdict.reason}; stopping every node ...", file=out, flush=True)
         run.set_status("stopping", verdict.reason)
