@@ -263,3 +263,29 @@ def test_unreachable_host_exits_2_naming_it(lab: dict[str, Path]) -> None:
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.startswith("error: ghost: unreachable")
     assert record(only_run(lab))["status"] == "rejected"
+
+
+def test_killed_trainer_is_retried_in_the_same_run(lab: dict[str, Path]) -> None:
+    """Recovery on: n1's trainer SIGKILLed; every node is stopped, and the second attempt (the fake trainer
+    saves no checkpoint: from step 0, said) runs in the same node run directories to success."""
+    job = job_spec(lab, "retry", recovery={"backoff_s": 0}, FAKE_STEPS=30)
+    proc = start(lab, "run", str(job), "-i", str(lab["inventory"]))
+    wait_for(
+        lambda: any(lab["runs"].iterdir()) and node_state(lab, 1, only_run(lab).name).get("pid"),
+        400,
+        "the trainer on n1",
+    )
+    run = only_run(lab)
+    time.sleep(2)
+    first_pid = node_state(lab, 1, run.name)["pid"]
+    os.kill(first_pid, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    rec = record(run)
+    first, second = rec["attempts"]
+    assert (first["state"], first["kind"], first["failed_host"]) == ("failed", "trainer_signal", "n1"), first
+    assert (second["state"], second["resume_step"]) == ("succeeded", None), second
+    assert "attempt 1 failed (trainer_signal on n1): retrying" in out
+    assert "no checkpoint complete on every node: the next attempt starts again from step 0" in out
+    assert node_state(lab, 1, run.name)["pid"] != first_pid
+    assert rec["status"] == "succeeded" and not run_processes(run.name)
