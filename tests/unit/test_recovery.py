@@ -264,6 +264,7 @@ class FlakyNodesDouble:
 
     calls: list[tuple[str, dict[str, Any]]]
     launches = 0
+    on_stop: Any = None
 
     def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
         self.cancel_requested = threading.Event()
@@ -271,6 +272,8 @@ class FlakyNodesDouble:
 
     def run(self, playbook: str, extravars: dict[str, Any], **_: Any) -> PlaybookResult:
         FlakyNodesDouble.calls.append((playbook, extravars))
+        if playbook == "stop" and FlakyNodesDouble.on_stop is not None:
+            FlakyNodesDouble.on_stop()
         result = PlaybookResult(playbook=playbook, rc=0, status="successful")
         if playbook == "preflight":
             ckpts = [4] if FlakyNodesDouble.launches else []
@@ -296,7 +299,7 @@ class FlakyNodesDouble:
 
 
 def test_a_failed_attempt_is_retried_from_the_last_common_checkpoint(lab, monkeypatch, capsys):  # noqa: F811
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches = [], 0
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
     _patch_runner(monkeypatch, FlakyNodesDouble)
     job = _job(lab, "flaky", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
     rc = cli(["run", str(job), "-i", str(lab / "hosts.ini")])
@@ -325,7 +328,7 @@ def test_a_failed_attempt_is_retried_from_the_last_common_checkpoint(lab, monkey
 
 
 def test_a_failure_not_in_retry_on_ends_the_run_with_one_attempt(lab, monkeypatch, capsys):  # noqa: F811
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches = [], 0
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
     _patch_runner(monkeypatch, FlakyNodesDouble)
     job = _job(lab, "noretry", "plain.yaml", poll_interval_s=0.5, recovery={"retry_on": ["node_lost"]})
     assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
@@ -342,3 +345,17 @@ def test_an_explicit_policy_with_detach_is_refused_in_one_line(lab, monkeypatch,
     assert cli(["run", str(job), "-i", str(lab / "hosts.ini"), "--detach"]) == 2
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "recovery: a detached run is not followed" in lines[0], lines
+
+
+def test_launcher_stop_during_the_backoff_ends_the_run(lab, monkeypatch, capsys):  # noqa: F811
+    """`launcher stop` from another terminal while the run waits to retry: no next attempt."""
+    from launcher.runs import list_runs  # noqa: PLC0415
+
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches = [], 0
+    FlakyNodesDouble.on_stop = lambda: list_runs()[-1].set_status("stopped", "stopped by `launcher stop`")
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _job(lab, "stopped", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
+    assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+    assert "stopped while waiting to retry" in capsys.readouterr().out
+    assert FlakyNodesDouble.launches == 1
+    FlakyNodesDouble.on_stop = None

@@ -30,7 +30,7 @@ from launcher.job import Job, Verdict, agent_source
 from launcher.jobspec import mask_env
 from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
-from launcher.runs import RunDir, new_run_id
+from launcher.runs import FINAL_STATES, RunDir, new_run_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -279,7 +279,7 @@ def _next_plan(
     return plan
 
 
-def _attempt_loop(
+def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
     run: RunDir,
     runner: PlaybookRunner,
     plan: RunPlan,
@@ -321,11 +321,15 @@ def _attempt_loop(
         print(f"failed: {verdict.reason}; stopping every node ...", file=out, flush=True)
         run.set_status("stopping", verdict.reason)
         job.stop()
+        if _ended_elsewhere(run, out):
+            return JOB_FAILED
         run.update(nodes={h: _brief(n) for h, n in nodes.items()})
         run.set_status("recovering", decision.why)
         if interrupted.wait(decision.backoff_s):
             verdict = Verdict("stopped", "interrupted (Ctrl-C) while waiting to retry")
             finish(job, verdict, nodes, out=out, stopped=True)
+            return JOB_FAILED
+        if _ended_elsewhere(run, out):
             return JOB_FAILED
         earlier.append(failure)
         number += 1
@@ -348,6 +352,15 @@ def _attempt_loop(
                 announce=True,
             )
             return JOB_FAILED
+
+
+def _ended_elsewhere(run: RunDir, out: IO[str]) -> bool:
+    """Return True (and say so) when ``launcher stop`` ended the run while it was between attempts."""
+    status = run.load().get("status")
+    if status not in FINAL_STATES:
+        return False
+    print(f"run {run.run_id}: {status} while waiting to retry; no next attempt", file=out)
+    return True
 
 
 def _brief(node: dict[str, Any]) -> dict[str, Any]:
