@@ -72,19 +72,22 @@ def _kill_at_step(
     raise AssertionError(f"step {step} not logged within {seconds:.0f} s")
 
 
-def _kill_next_rank(cluster: Cluster, run_id: str, previous: int, proc: Any, seconds: float = 600) -> None:
-    """SIGKILL host2's training rank of the next attempt (a pid other than ``previous``) once it runs."""
+def _kill_next_rank(cluster: Cluster, name: str, run_id: str, proc: Any, seconds: float = 600) -> None:
+    """SIGKILL host2's training rank of attempt 2 once the record says it runs (not a process of attempt 1
+    on its way out: torchrun's own command line matches the rank probe too)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"launcher ended (rc={proc.returncode}) before the next attempt's rank ran")
-        pid = _rank_pid(cluster, 2, run_id)
-        if pid is not None and pid != previous:
-            time.sleep(2)
-            cluster.ssh(2, f"kill -KILL {pid}", check=False)
-            return
+            raise AssertionError(f"launcher ended (rc={proc.returncode}) before attempt 2's rank ran")
+        attempts = cluster.record(name).get("attempts") or []
+        if len(attempts) >= 2 and attempts[-1].get("state") == "running":
+            pid = _rank_pid(cluster, 2, run_id)
+            if pid is not None:
+                time.sleep(2)
+                cluster.ssh(2, f"kill -KILL {_rank_pid(cluster, 2, run_id) or pid}", check=False)
+                return
         time.sleep(0.3)
-    raise AssertionError(f"no new training rank on host2 within {seconds:.0f} s")
+    raise AssertionError(f"no training rank of attempt 2 on host2 within {seconds:.0f} s")
 
 
 def _run_id(cluster: Cluster, name: str, proc: Any, seconds: float = 600) -> str:
@@ -187,8 +190,8 @@ def test_retry_budget_used_up(cluster: Cluster, fault_record: dict[str, Any]) ->
     job = cluster.job(name, max_steps=STEPS, recovery=policy)
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = _run_id(cluster, name, proc)
-    _step, pid = _kill_at_step(cluster, run_id, 1, proc)
-    _kill_next_rank(cluster, run_id, pid, proc)
+    _kill_at_step(cluster, run_id, 1, proc)
+    _kill_next_rank(cluster, name, run_id, proc)
     out = finish(proc, log, timeout=600)
     rec = cluster.record(name)
     status = cluster.run("status", run_id, timeout=300)
