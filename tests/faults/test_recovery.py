@@ -73,21 +73,24 @@ def _kill_at_step(
 
 
 def _kill_next_rank(cluster: Cluster, name: str, run_id: str, proc: Any, seconds: float = 600) -> None:
-    """SIGKILL host2's training rank of attempt 2 once the record says it runs (not a process of attempt 1
-    on its way out: torchrun's own command line matches the rank probe too)."""
+    """SIGKILL host2's training rank of attempt 2 after that attempt's first logged step (host1's
+    trainer_log.jsonl written after attempt 2 began: the attempt starts from step 0 and rewrites it), so that
+    both ranks run and the kill is the first failure every node sees."""
+    log = f"/var/lib/mift/runs/{run_id}/output/trainer_log.jsonl"
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"launcher ended (rc={proc.returncode}) before attempt 2's rank ran")
+            raise AssertionError(f"launcher ended (rc={proc.returncode}) before attempt 2's first step")
         attempts = cluster.record(name).get("attempts") or []
         if len(attempts) >= 2 and attempts[-1].get("state") == "running":
+            mtime = cluster.ssh(1, f"stat -c %Y {log} 2>/dev/null; true").strip()
+            steps = _losses(cluster, run_id)[0]
             pid = _rank_pid(cluster, 2, run_id)
-            if pid is not None:
-                time.sleep(2)
-                cluster.ssh(2, f"kill -KILL {_rank_pid(cluster, 2, run_id) or pid}", check=False)
+            if mtime and float(mtime) > float(attempts[-1]["started_at"]) and steps and pid is not None:
+                cluster.ssh(2, f"kill -KILL {pid}", check=False)
                 return
         time.sleep(0.3)
-    raise AssertionError(f"no training rank of attempt 2 on host2 within {seconds:.0f} s")
+    raise AssertionError(f"no logged step of attempt 2 within {seconds:.0f} s")
 
 
 def _run_id(cluster: Cluster, name: str, proc: Any, seconds: float = 600) -> str:
@@ -181,7 +184,7 @@ def test_retry_budget_used_up(cluster: Cluster, fault_record: dict[str, Any]) ->
         case="recovery-budget-used-up",
         group="6 recovery",
         input="recovery max_restarts 1 (backoff 1 s, same_failure_limit 5); host2's training rank SIGKILLed "
-        "after the first logged step (no checkpoint yet), and again 2 s after attempt 2's rank started",
+        "after the first logged step of each attempt (no checkpoint yet)",
         expected="attempt 2 starts again from step 0 (said); after its kill: exit 1, status failed, the "
         "record and `status` list both attempts, the last decision says the budget is used up",
     )

@@ -264,7 +264,12 @@ def _next_plan(
 
     spec = previous.spec
     facts = run_preflight(
-        runner, spec, run.run_id, output_dir=previous.output_dir, checkpoints_of=previous.output_dir
+        runner,
+        spec,
+        run.run_id,
+        output_dir=previous.output_dir,
+        checkpoints_of=previous.output_dir,
+        requires=_node_paths(previous.job, resume),
     )
     step = last_common_checkpoint(facts)
     source = None
