@@ -265,6 +265,8 @@ class FlakyNodesDouble:
     calls: list[tuple[str, dict[str, Any]]]
     launches = 0
     on_stop: Any = None
+    polls = 0
+    slow_cause = False  # host2's failure reaches its state one poll after host1's
 
     def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
         self.cancel_requested = threading.Event()
@@ -287,8 +289,12 @@ class FlakyNodesDouble:
             FlakyNodesDouble.shipped = {h: json.loads((files / h / "bundle.json").read_text()) for h in HOSTS}
             result.reports = {h: {"start": {"ok": True, "state": "running"}} for h in HOSTS}
         elif playbook == "poll":
-            if FlakyNodesDouble.launches == 1:
-                nodes = {"host1": PEER_GONE, "host2": {"state": "failed", "rc": 1, "failure_lines": KILLED}}
+            FlakyNodesDouble.polls += 1
+            killed = {"state": "failed", "rc": 1, "failure_lines": KILLED}
+            if FlakyNodesDouble.launches == 1 and FlakyNodesDouble.slow_cause and FlakyNodesDouble.polls == 1:
+                nodes = {"host1": PEER_GONE, "host2": {"state": "running"}}
+            elif FlakyNodesDouble.launches == 1:
+                nodes = {"host1": PEER_GONE, "host2": killed}
             else:
                 done = {"state": "finished", "rc": 0, "outputs_complete": True}
                 nodes = {"host1": done, "host2": {"state": "finished", "rc": 0}}
@@ -359,3 +365,20 @@ def test_launcher_stop_during_the_backoff_ends_the_run(lab, monkeypatch, capsys)
     assert "stopped while waiting to retry" in capsys.readouterr().out
     assert FlakyNodesDouble.launches == 1
     FlakyNodesDouble.on_stop = None
+
+
+def test_the_cause_reported_one_poll_late_is_still_the_cause(lab, monkeypatch, capsys):  # noqa: F811
+    """host1's rank fails first (its peer is gone), host2's SIGKILL shows one poll later: the engine polls
+    once more before judging: the failure is trainer_signal on host2 (retried), not host1's trainer_error."""
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.polls, FlakyNodesDouble.slow_cause = 0, True
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _job(lab, "slow", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
+    try:
+        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 0
+    finally:
+        FlakyNodesDouble.slow_cause = False
+    record = json.loads(next((lab / "runs").glob("slow-*/record.json")).read_text())
+    first = record["attempts"][0]
+    assert (first["kind"], first["failed_host"]) == ("trainer_signal", "host2"), first
+    assert "attempt 1 failed (trainer_signal on host2): retrying" in capsys.readouterr().out

@@ -312,6 +312,11 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
             finish(job, verdict, nodes, out=out, announce=True)
             return OK if verdict.state == "succeeded" else JOB_FAILED
         failure = classify(verdict.reason, nodes)
+        if failure.kind not in plan.spec.recovery.retry_on and _running(nodes):
+            # the cause may not have reached every node's state yet (a rank killed on host2 makes host1's
+            # rank fail first): one more poll before judging what failed
+            nodes = _settled(job, nodes, plan.spec.poll_interval_s, interrupted)
+            failure = classify(verdict.reason, nodes)
         decision = decide(plan.spec.recovery, earlier, failure)
         attempts.end(run, "failed", verdict.reason, failure, decision)
         print(
@@ -357,6 +362,20 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
                 announce=True,
             )
             return JOB_FAILED
+
+
+def _running(nodes: dict[str, dict[str, Any]]) -> bool:
+    return any(n.get("state") == "running" for n in nodes.values())
+
+
+def _settled(
+    job: Job, nodes: dict[str, dict[str, Any]], wait_s: float, interrupted: threading.Event
+) -> dict[str, dict[str, Any]]:
+    """Return ``nodes`` with the nodes that were still running polled once more (after ``wait_s``)."""
+    if interrupted.wait(wait_s):
+        return nodes
+    later = job.poll()
+    return {h: later.get(h, n) if n.get("state") == "running" else n for h, n in nodes.items()}
 
 
 def _ended_elsewhere(run: RunDir, out: IO[str]) -> bool:
