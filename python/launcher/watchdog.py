@@ -5,11 +5,12 @@ sees on its node, ``mift_agent.watch_facts``):
 
 * **window** (:meth:`ProgressWatch.window`): before the first step, ``first_step_s`` (model load, data
   preparation, compilation). From the first step on, ``max(k x p95 of the intervals between the steps seen,
-  floor_s)``; until ``MIN_INTERVALS`` intervals are measured, ``first_step_s`` still applies (the second
-  step pays allocations the later ones do not). After a step that the training YAML says is followed by a
-  checkpoint save (``save_steps``, and the last step: the final save) the window grows by ``save_s``, after an
-  evaluation step (``eval_steps`` with evaluation on) by ``eval_s``; a checkpoint a node reports incomplete (a
-  ``checkpoint-N`` without ``trainer_state.json``) counts as a save in progress too.
+  floor_s)``; until ``MIN_INTERVALS`` interval is measured (from the first step to the second, which still
+  pays allocations the later ones do not), ``first_step_s`` still applies. After a step that the training
+  YAML says is followed by a checkpoint save (``save_steps``, and the last step: the final save) the window
+  grows by ``save_s``, after an evaluation step (``eval_steps`` with evaluation on) by ``eval_s``; a
+  checkpoint a node reports incomplete (a ``checkpoint-N`` without ``trainer_state.json``) counts as a save
+  in progress too.
 * **progress** (:meth:`ProgressWatch.observe`): the highest step any node logged went up, or a node's newest
   checkpoint folder was written to (a slow save that writes resets the clock; a save stuck before it writes
   anything is covered by ``save_s``). Only step changes are measured as step intervals.
@@ -32,8 +33,9 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-# step intervals measured before k x p95 is trusted (until then: first_step_s)
-MIN_INTERVALS = 2
+# step intervals measured before k x p95 is used (until then: first_step_s); one is enough: k and floor_s give
+# the margin, and the controller sees steps only at its polls (a run of 3 steps may show it just 2)
+MIN_INTERVALS = 1
 # process states that name a rank as the one that holds the others up (ps(1): T stopped, t traced, D
 # uninterruptible sleep)
 HOLDING_STATES = {"T": "stopped", "t": "stopped by a tracer", "D": "in uninterruptible sleep"}
@@ -250,9 +252,7 @@ class ProgressWatch:
         if self.step is None:
             return Window(opts.first_step_s, "first step (first_step_s)")
         if len(self.intervals) < MIN_INTERVALS:
-            base = Window(
-                opts.first_step_s, f"first_step_s until {MIN_INTERVALS} step intervals are measured"
-            )
+            base = Window(opts.first_step_s, f"first_step_s until {MIN_INTERVALS} step interval is measured")
         else:
             q = p95(self.intervals)
             if opts.k * q >= opts.floor_s:
