@@ -13,7 +13,8 @@ sees on its node, ``mift_agent.watch_facts``):
   in progress too.
 * **progress** (:meth:`ProgressWatch.observe`): the highest step any node logged went up, or a node's newest
   checkpoint folder was written to (a slow save that writes resets the clock; a save stuck before it writes
-  anything is covered by ``save_s``). Only step changes are measured as step intervals.
+  anything is covered by ``save_s``). Only step changes are measured as step intervals, and not those that
+  held a save or an evaluation (scheduled, or a checkpoint seen written).
 * **who lags** (:func:`lagging`): the nodes with the lowest step; when every node is at the same step (ranks
   in lock step all wait in the same collective), the nodes with a trainer process stopped (state T) or in
   uninterruptible sleep (D); else none is named.
@@ -242,6 +243,7 @@ class ProgressWatch:
     last_progress: float = 0.0
     intervals: list[float] = field(default_factory=list)
     marks: tuple[tuple[str, object, object], ...] = ()
+    paused: bool = False  # a save was seen since the last step: the next interval is not measured
 
     def __post_init__(self) -> None:
         self.last_progress = self.started
@@ -280,16 +282,23 @@ class ProgressWatch:
         """Take one poll's node states; return the stall when the run has gone longer than its window."""
         steps = [s for s in (node_step(nodes.get(h, {})) for h in self.hosts) if s is not None]
         top = max(steps) if steps else None
-        if top is not None and (self.step is None or top > self.step):
-            if self.step is not None and self.step_seen is not None:
-                self.intervals.append(now - self.step_seen)
-            self.step, self.step_seen, self.last_progress = top, now, now
+        total, saving = _total(nodes), _saving(nodes)
         marks = _checkpoint_marks(nodes)
         if marks != self.marks:
             if self.marks:  # the first report is where the clock starts, not progress
                 self.last_progress = max(self.last_progress, now)
+                self.paused = True
             self.marks = marks
-        window = self.window(_total(nodes), _saving(nodes))
+        if saving:
+            self.paused = True
+        if top is not None and (self.step is None or top > self.step):
+            # an interval that held a save or an evaluation is no step interval: it would raise k x p95
+            held = self.paused or (self.step is not None and self.schedule.after(self.step, total))
+            if self.step is not None and self.step_seen is not None and not held:
+                self.intervals.append(now - self.step_seen)
+            self.step, self.step_seen, self.last_progress = top, now, now
+            self.paused = bool(saving)
+        window = self.window(total, saving)
         quiet = now - self.last_progress
         if not self.options.enabled or quiet <= window.seconds:
             return None

@@ -134,6 +134,26 @@ def test_the_last_step_adds_save_s_for_the_final_save() -> None:
     assert w.window(total=6).seconds == pytest.approx(20)
 
 
+def test_the_interval_that_held_a_save_is_no_step_interval() -> None:
+    w = watch(schedule=Schedule(save_steps=4))
+    last = steps_every(w, 4.0, 4)
+    assert w.observe(nodes(5), last + 50.0) is None  # step 4 -> 5 held a 46 s save
+    assert w.intervals == [4.0, 4.0, 4.0]
+    assert w.window().seconds == pytest.approx(20.0)
+
+
+def test_the_interval_that_held_a_checkpoint_write_is_no_step_interval() -> None:
+    w = watch()
+    last = steps_every(w, 4.0, 4)
+    ckpt = {"step": 4, "complete": True}
+    assert w.observe(nodes(4, host1={"watch": {"checkpoint": {**ckpt, "mtime": 1.0}}}), last + 1.0) is None
+    assert w.observe(nodes(4, host1={"watch": {"checkpoint": {**ckpt, "mtime": 2.0}}}), last + 15.0) is None
+    assert w.observe(nodes(5, host1={"watch": {"checkpoint": {**ckpt, "mtime": 2.0}}}), last + 30.0) is None
+    assert w.intervals == [4.0, 4.0, 4.0]
+    assert w.observe(nodes(6, host1={"watch": {"checkpoint": {**ckpt, "mtime": 2.0}}}), last + 34.0) is None
+    assert w.intervals == [4.0, 4.0, 4.0, 4.0]
+
+
 def test_an_eval_step_adds_eval_s() -> None:
     w = watch(schedule=Schedule(eval_steps=5))
     steps_every(w, 4.0, 5)

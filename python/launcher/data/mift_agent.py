@@ -42,9 +42,10 @@ Commands (each prints one JSON object on stdout):
 * ``status RUN_DIR`` -- state, liveness, rc, the last trainer_log.jsonl entry, which expected outputs exist.
 * ``collect RUN_DIR`` -- the status, the output files, and ``collect.tar.gz`` (logs, state, metrics) to fetch.
 * ``stop RUN_DIR [--grace S] [--dump-stacks]`` -- SIGTERM the trainer's process group and every process
-  carrying the run's marker in its environment, SIGKILL what is left after the grace period, check that nothing
-  is left. Idempotent. ``--dump-stacks`` (the progress watchdog saw a stall): first ``stack-<rank>-<pid>.txt``
-  of every process of the run (py-spy, the kernel's view of each thread) and a poke of the flight recorder.
+  carrying the run's marker in its environment, SIGKILL what is left after the grace period, check that
+  nothing is left. Idempotent. ``--dump-stacks`` (the progress watchdog saw a stall): first
+  ``stack-<rank>-<pid>.txt`` of every process of the run (py-spy, the kernel's view of each thread) and a
+  poke of the flight recorder.
 
 Every process of a run carries ``MIFT_AGENT_KEY=<run_id>@<run_dir>`` in its environment; ``torchrun`` puts its
 workers in new sessions, so the marker (not the process group) is what finds all of them. The key holds the
