@@ -5,8 +5,9 @@ sees on its node, ``mift_agent.watch_facts``):
 
 * **window** (:meth:`ProgressWatch.window`): before the first step, ``first_step_s`` (model load, data
   preparation, compilation). From the first step on, ``max(k x p95 of the intervals between the steps seen,
-  floor_s)``; until ``MIN_INTERVALS`` interval is measured (from the first step to the second, which still
-  pays allocations the later ones do not), ``first_step_s`` still applies. After a step that the training
+  floor_s)``; until ``MIN_INTERVALS`` interval is measured, the trainer's own ``elapsed_time / step`` at the
+  first step seen stands for the p95 (it holds the first step's cost: on the safe side), and without it
+  ``first_step_s`` still applies. After a step that the training
   YAML says is followed by a checkpoint save (``save_steps``, and the last step: the final save) the window
   grows by ``save_s``, after an evaluation step (``eval_steps`` with evaluation on) by ``eval_s``; a
   checkpoint a node reports incomplete (a ``checkpoint-N`` without ``trainer_state.json``) counts as a save
@@ -175,6 +176,33 @@ def _total(nodes: Mapping[str, Mapping[str, Any]]) -> int | None:
     return None
 
 
+def elapsed_seconds(text: object) -> float | None:
+    """Return LLaMA-Factory's ``elapsed_time`` (a ``str(timedelta)``: "0:01:05", "1 day, 0:00:05") in s."""
+    if not isinstance(text, str):
+        return None
+    days, _, clock = text.rpartition(", ")
+    parts = clock.split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        seconds = sum(float(v) * 60**i for i, v in enumerate(reversed(parts)))
+        extra = float(days.split()[0]) * 86400 if days else 0.0
+    except (ValueError, IndexError):
+        return None
+    return seconds + extra
+
+
+def _seconds_per_step(nodes: Mapping[str, Mapping[str, Any]], step: int) -> float | None:
+    """Return the slowest node's elapsed_time / step at ``step`` (None: no node says)."""
+    rates = []
+    for node in nodes.values():
+        last = node.get("last_log") or {}
+        elapsed = elapsed_seconds(last.get("elapsed_time")) if isinstance(last, dict) else None
+        if elapsed is not None and node_step(node) == step and step > 0:
+            rates.append(elapsed / step)
+    return max(rates) if rates else None
+
+
 def _watch(node: Mapping[str, Any]) -> Mapping[str, Any]:
     watch = node.get("watch")
     return watch if isinstance(watch, dict) else {}
@@ -244,6 +272,9 @@ class ProgressWatch:
     intervals: list[float] = field(default_factory=list)
     marks: tuple[tuple[str, object, object], ...] = ()
     paused: bool = False  # a save was seen since the last step: the next interval is not measured
+    # seconds per step by the trainer's own clock (elapsed_time / current_steps of the first step seen): the
+    # step time until the controller has measured an interval itself (its polls may first see step 7)
+    estimate: float | None = None
 
     def __post_init__(self) -> None:
         self.last_progress = self.started
@@ -253,7 +284,16 @@ class ProgressWatch:
         opts = self.options
         if self.step is None:
             return Window(opts.first_step_s, "first step (first_step_s)")
-        if len(self.intervals) < MIN_INTERVALS:
+        if len(self.intervals) < MIN_INTERVALS and self.estimate is not None:
+            q = (
+                self.estimate
+            )  # the trainer's own clock: elapsed_time / steps (the first step's cost included)
+            base = Window(
+                max(opts.k * q, opts.floor_s),
+                f"max({opts.k:g} x {q:.1f} s (the trainer's elapsed_time / step {self.step}), floor_s "
+                f"{opts.floor_s:g})",
+            )
+        elif len(self.intervals) < MIN_INTERVALS:
             base = Window(opts.first_step_s, f"first_step_s until {MIN_INTERVALS} step interval is measured")
         else:
             q = p95(self.intervals)
@@ -296,6 +336,8 @@ class ProgressWatch:
             held = self.paused or (self.step is not None and self.schedule.after(self.step, total))
             if self.step is not None and self.step_seen is not None and not held:
                 self.intervals.append(now - self.step_seen)
+            if self.step is None:
+                self.estimate = _seconds_per_step(nodes, top)
             self.step, self.step_seen, self.last_progress = top, now, now
             self.paused = bool(saving)
         window = self.window(total, saving)

@@ -15,6 +15,7 @@ from launcher.watchdog import (
     ProgressWatch,
     Schedule,
     WatchdogOptions,
+    elapsed_seconds,
     lagging,
     p95,
     with_flight_recorder,
@@ -77,6 +78,45 @@ def test_until_enough_intervals_the_first_step_window_still_applies() -> None:
     last = steps_every(w, 1.0, MIN_INTERVALS)  # one interval fewer than needed
     assert w.window().seconds == OPTS.first_step_s
     assert w.observe(nodes(MIN_INTERVALS), last + 50.0) is None
+
+
+def test_before_an_interval_is_measured_the_trainers_elapsed_time_per_step_stands_for_it() -> None:
+    w = watch()
+    first = nodes(7)
+    for node in first.values():
+        node["last_log"]["elapsed_time"] = "0:00:21"  # the controller's first poll saw step 7
+    assert w.observe(first, 30.0) is None
+    window = w.window()
+    assert window.seconds == pytest.approx(5 * 3.0)
+    assert window.why.startswith("max(5 x 3.0 s (the trainer's elapsed_time / step 7), floor_s 10)")
+    assert w.observe(first, 30.0 + 16.0) is not None
+
+
+def test_the_slowest_nodes_elapsed_time_per_step_is_taken() -> None:
+    w = watch()
+    first = nodes(
+        2,
+        host1={"last_log": {"current_steps": 2, "elapsed_time": "0:00:04"}},
+        host2={"last_log": {"current_steps": 2, "elapsed_time": "0:01:00"}},
+    )
+    w.observe(first, 1.0)
+    assert w.estimate == pytest.approx(30.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("0:00:05", 5.0),
+        ("1:02:03", 3723.0),
+        ("1 day, 0:00:10", 86410.0),
+        ("2 days, 1:00:00", 176400.0),
+        ("soon", None),
+        (None, None),
+        ("5", None),
+    ],
+)
+def test_elapsed_time_is_read_as_llamafactory_writes_it(text: object, seconds: float | None) -> None:
+    assert elapsed_seconds(text) == seconds
 
 
 def test_window_is_k_times_p95_of_the_step_intervals() -> None:
