@@ -185,7 +185,7 @@ def elapsed_seconds(text: object) -> float | None:
     if len(parts) != 3:
         return None
     try:
-        seconds = sum(float(v) * 60**i for i, v in enumerate(reversed(parts)))
+        seconds = sum(float(v) * 60.0**i for i, v in enumerate(reversed(parts)))
         extra = float(days.split()[0]) * 86400 if days else 0.0
     except (ValueError, IndexError):
         return None
