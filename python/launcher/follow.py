@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     import threading
 
     from launcher.job import Job
+    from launcher.watchdog import ProgressWatch
 
 COLUMNS = ("HOST", "RANK", "STATE", "STEP", "LOSS", "TOK/S", "ELAPSED", "ETA")
 
@@ -89,8 +90,10 @@ def follow(
     poll_interval_s: float,
     job_timeout_s: int = 0,
     out: IO[str] | None = None,
+    watch: ProgressWatch | None = None,
 ) -> tuple[Verdict, dict[str, dict[str, Any]]]:
-    """Poll until the job ends, fails or is interrupted; return the verdict and the last node states.
+    """Poll until the job ends, fails, stalls (``watch``: the progress watchdog) or is interrupted; return the
+    verdict and the last node states.
 
     Stopping and collecting is left to the caller, which owns the run record.
     """
@@ -110,6 +113,10 @@ def follow(
         job.run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
         if verdict.state != "running":
             return verdict, nodes
+        stall = watch.observe(nodes, time.monotonic()) if watch is not None else None
+        if stall is not None:
+            job.run.update(stall=stall.as_dict())
+            return Verdict("stalled", stall.reason), nodes
         if job_timeout_s and time.monotonic() - started > job_timeout_s:
             return Verdict("failed", f"job_s timeout of {job_timeout_s} s reached"), nodes
         interrupted.wait(max(0.0, poll_interval_s - (time.monotonic() - t0)))

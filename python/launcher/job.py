@@ -121,6 +121,8 @@ class Job:
 
         self.backend = backend_of(self.record)
         self.judge = self.backend.judge(self)
+        # the progress watchdog saw a stall: the stop dumps every trainer's stacks first (ssh backend)
+        self.dump_stacks_on_stop = False
 
     @property
     def base_vars(self) -> dict[str, Any]:
@@ -148,9 +150,10 @@ class Job:
 
     def stop_nodes(self) -> PlaybookResult:
         """Stop the trainer on every node through its agent (not interruptible); return the result."""
-        return self.runner.run(
-            "stop", {**self.base_vars, "mift_stop_grace_s": self.stop_grace_s}, cancellable=False, timeout=120
-        )
+        stop_vars = {**self.base_vars, "mift_stop_grace_s": self.stop_grace_s}
+        if self.dump_stacks_on_stop:
+            stop_vars["mift_stop_dump"] = True
+        return self.runner.run("stop", stop_vars, cancellable=False, timeout=180)
 
     def collect(self) -> PlaybookResult:
         """Fetch node logs, state and metrics into ``nodes/<host>/`` through the run's backend (not

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from launcher.exceptions import ConfigurationError
 from launcher.problems import Problem
 from launcher.validation.loading import decode_text, load_yaml_text, read_config_bytes
+from launcher.watchdog import WatchdogOptions
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -119,6 +120,8 @@ class JobSpec(_Strict):
     node_venv: str | None = None
     min_free_disk_gb: Annotated[float, Field(ge=0)] = 1.0
     slurm: SlurmOptions = Field(default_factory=SlurmOptions)
+    # the progress watchdog (launcher/watchdog.py): no optimizer step within its window -> stalled
+    watchdog: WatchdogOptions = Field(default_factory=WatchdogOptions)
 
     @field_validator("env")
     @classmethod

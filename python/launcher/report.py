@@ -44,10 +44,26 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     for host, path in (summary.get("adapter_dirs") or {}).items():
         lines.append(f"  adapter     {host}:{path}")
     lines.extend(f"  note        {note}" for note in summary.get("notes") or [])
+    lines.extend(stall_lines(record, run))
     if summary.get("loss_png"):
         lines.append(f"  loss plot   {run.path / 'loss.png'}")
     lines.append(f"  run dir     {run.path}  (node logs in nodes/<host>/trainer.log)")
     return lines
+
+
+def stall_lines(record: dict[str, Any], run: RunDir) -> list[str]:
+    """Return what the progress watchdog saw of a stalled run: window, lagging nodes, the stack dumps."""
+    stall = record.get("stall")
+    if not isinstance(stall, dict):
+        return []
+    lagging = ", ".join(stall.get("lagging") or []) or "none named"
+    stacks = sorted(p.relative_to(run.path).as_posix() for p in run.nodes_dir.glob("*/stack-*.txt"))
+    return [
+        f"  stall       no progress for {_num(stall.get('since_progress_s'), '.0f')} s, window "
+        f"{_num(stall.get('window_s'), '.0f')} s ({stall.get('window_why', '-')})",
+        f"  lagging     {lagging}: {stall.get('lag_why', '-')}",
+        f"  stacks      {len(stacks)} file(s): {', '.join(stacks) if stacks else 'none collected'}",
+    ]
 
 
 def print_summary(run: RunDir, out: IO[str]) -> None:

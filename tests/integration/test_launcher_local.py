@@ -259,3 +259,46 @@ def test_unreachable_host_exits_2_naming_it(lab: dict[str, Path]) -> None:
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.startswith("error: ghost: unreachable")
     assert record(only_run(lab))["status"] == "rejected"
+
+
+def test_a_stalled_run_ends_stalled_with_stack_dumps_and_nothing_left(lab: dict[str, Path]) -> None:
+    """SIGSTOP the trainer of n0 (the node that logs steps): the progress watchdog ends the run ``stalled``
+    within its window, names n0, and the stop writes stack dumps that collect brings back."""
+    spec = job_spec(lab, "stall", FAKE_STEPS=400, FAKE_STEP_S=0.3, RANK=0)
+    data = yaml.safe_load(spec.read_text())
+    data["watchdog"] = {"k": 2, "floor_s": 4, "first_step_s": 120, "save_s": 2, "eval_s": 2}
+    spec.write_text(yaml.safe_dump(data))
+    proc = start(lab, "run", str(spec), "-i", str(lab["inventory"]))
+    wait_for(
+        lambda: (
+            any(lab["runs"].iterdir())
+            and (lab["root"] / "node0" / only_run(lab).name / "output" / "trainer_log.jsonl").is_file()
+            and len(
+                (lab["root"] / "node0" / only_run(lab).name / "output" / "trainer_log.jsonl")
+                .read_text()
+                .splitlines()
+            )
+            >= 6
+        ),
+        400,
+        "6 steps on n0",
+    )
+    run = only_run(lab)
+    pid = node_state(lab, 0, run.name)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    stopped_at = time.time()
+    out, _ = proc.communicate(timeout=300)
+    rec = record(run)
+    assert proc.returncode == 1, out
+    assert rec["status"] == "stalled", rec["timeline"]
+    assert rec["stall"]["lagging"] == ["n0"] and f"n0/rank 0 (pid {pid}) stopped" in rec["result_reason"]
+    stalled_at = next(e["t"] for e in rec["timeline"] if e["status"] == "stopping")
+    # seen at the first poll after the window: a poll period and a poll's own time (seconds when busy)
+    assert stalled_at - stopped_at <= rec["stall"]["window_s"] + 30, (stalled_at - stopped_at, rec["stall"])
+    stack = run / "nodes" / "n0" / f"stack-rank0-{pid}.txt"
+    assert stack.read_text().startswith(f"pid {pid} state T rank 0"), stack.read_text()[:300]
+    assert list((run / "nodes" / "n1").glob("stack-rank0-*.txt"))
+    assert "stalled: no progress for" in out and "lagging     n0:" in out
+    assert not run_processes(run.name)
+    status = launcher(lab, "status", run.name)
+    assert status.returncode == 1 and "stalled" in status.stdout

@@ -20,6 +20,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.nodeenv import render_node_env
 from launcher.problems import ConfigKind, FileReport
 from launcher.validation.loading import parse_config
+from launcher.watchdog import with_flight_recorder
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -251,6 +252,10 @@ def build_plan(
         run_id=run_id,
         node_env=facts.node_env,
     )
+    envs = {  # a node whose stack is the cpu backend has no collective to record
+        h: with_flight_recorder(e, gpu=(facts.stack.get(h) or {}).get("backend") != "cpu")
+        for h, e in envs.items()
+    }
     expect = expected_outputs(train)
 
     def cli(host: str) -> str:  # the entry point preflight found (job spec node_venv, else the inventory's)

@@ -16,11 +16,13 @@ import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+import yaml
+
 from launcher import runner as runner_module
 from launcher.backends import backend_of
 from launcher.engine.finish import finish
 from launcher.engine.load import load_job
-from launcher.engine.plan import RunPlan, build_plan, require_liger, validate_plan
+from launcher.engine.plan import TRAIN_FILE, RunPlan, build_plan, require_liger, validate_plan
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
@@ -30,6 +32,7 @@ from launcher.jobspec import mask_env
 from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
 from launcher.runs import RunDir, new_run_id
+from launcher.watchdog import ProgressWatch, Schedule
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -368,15 +371,36 @@ def _ship_and_follow(
         return OK
     from launcher.follow import follow  # noqa: PLC0415 - only when following
 
+    watch = _progress_watch(plan, job.hosts, out)
     verdict, nodes = follow(
         job,
         interrupted=interrupted,
         poll_interval_s=spec.poll_interval_s,
         job_timeout_s=spec.timeouts.job_s,
         out=out,
+        watch=watch,
     )
     finish(job, verdict, nodes, out=out, announce=True)
     return OK if verdict.state == "succeeded" else JOB_FAILED
+
+
+def _progress_watch(plan: RunPlan, hosts: list[str], out: IO[str]) -> ProgressWatch | None:
+    """Return the run's progress watchdog (None: switched off in the job spec), announced in one line."""
+    options = plan.spec.watchdog
+    if not options.enabled:
+        print("watchdog: off (job spec watchdog.enabled: false)", file=out, flush=True)
+        return None
+    train = yaml.safe_load(plan.files[TRAIN_FILE]) or {}
+    schedule = Schedule.from_training(train if isinstance(train, dict) else {})
+    print(
+        f"watchdog: a stall is no optimizer step within {options.first_step_s:g} s of the start, then "
+        f"within max({options.k:g} x p95 of the step intervals, {options.floor_s:g} s), "
+        f"+ {options.save_s:g} s after a checkpoint save (save_steps {schedule.save_steps or '-'}), "
+        f"+ {options.eval_s:g} s after an evaluation (eval_steps {schedule.eval_steps or '-'})",
+        file=out,
+        flush=True,
+    )
+    return ProgressWatch(options, schedule, hosts, time.monotonic())
 
 
 def _launch_failure(failures: dict[str, str]) -> str:
