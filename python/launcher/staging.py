@@ -82,41 +82,56 @@ def hf_snapshot(repo: str, revision: str | None) -> tuple[Path | None, str]:
     if not snap.is_dir():
         return (
             None,
-            f"{repo}: no snapshot of revision {rev} in {root} (refs/{rev} or snapshots/{rev} missing)",
+            f"{repo}: no snapshot of revision {rev} in {root} (no refs/{rev}, no snapshots/{rev})",
         )
     return snap, ""
 
 
-def _item(spec_path: Path, key: str, source: StageSource, train: Mapping[str, Any]) -> StageItem:
+# the training-YAML key each staged folder goes to
+YAML_KEYS = {"model": "model_name_or_path", "dataset_dir": "dataset_dir"}
+
+
+def _source_folder(spec_path: Path, key: str, source: StageSource) -> str | None:
+    """The controller folder of a source (None for shared); a missing one is one line."""
     where = f"stage.{key}.{source.kind}"
-    dest = train.get(key)
-    if not isinstance(dest, str) or not dest.startswith("/"):
-        raise ConfigurationError.at(
-            spec_path,
-            where,
-            f"the training YAML's {key} must be an absolute node path to stage to (it is {dest!r})",
-            "stage-dest",
-        )
-    dest = dest.rstrip("/") or "/"
     if source.kind == "shared":
-        if source.shared != dest:
-            raise ConfigurationError.at(
-                spec_path,
-                where,
-                f"{source.shared} is not the training YAML's {key} {dest}: a shared folder is read in place",
-                "stage-dest",
-            )
-        return StageItem(key, "shared", dest, dest)
+        return None
     if source.kind == "hf_cache":
         snap, why = hf_snapshot(str(source.hf_cache), source.revision)
         if snap is None:
             raise ConfigurationError.at(spec_path, where, why, "stage-source")
-        return StageItem(key, "hf_cache", str(snap), dest)
+        return str(snap)
     folder = Path(str(source.controller))
     if not folder.is_dir():
         what = "not a folder" if folder.exists() else "no such folder"
         raise ConfigurationError.at(spec_path, where, f"{folder}: {what}", "stage-source")
-    return StageItem(key, "controller", str(folder), dest)
+    return str(folder)
+
+
+def _item(spec_path: Path, key: str, source: StageSource, train: Mapping[str, Any]) -> StageItem:
+    where = f"stage.{key}.{source.kind}"
+    folder = _source_folder(spec_path, key, source)
+    yaml_key = YAML_KEYS[key]
+    dest = train.get(yaml_key)
+    if not isinstance(dest, str) or not dest.startswith("/"):
+        raise ConfigurationError.at(
+            spec_path,
+            where,
+            f"the training YAML's {yaml_key} must be an absolute node path to stage to (it is {dest!r})",
+            "stage-dest",
+        )
+    dest = dest.rstrip("/") or "/"
+    if folder is None:
+        if source.shared != dest:
+            raise ConfigurationError.at(
+                spec_path,
+                where,
+                f"{source.shared} is not the training YAML's {yaml_key} {dest}: a shared folder is read in "
+                "place",
+                "stage-dest",
+            )
+        return StageItem(key, "shared", dest, dest)
+    return StageItem(key, source.kind, folder, dest)
 
 
 def stage_items(job: LoadedJob) -> list[StageItem]:
