@@ -375,7 +375,8 @@ def _failure(transfer: HostTransfer, cache: mift_stage.HashCache) -> str | None:
         if result.get("error") == "disk full":
             return (
                 f"{transfer.host}: {dest}: disk full while receiving {result.get('path')} "
-                f"({human(int(result.get('free') or 0))} free): its partial file was removed; "
+                f"(No space left on device: {human(int(result.get('free') or 0))}, "
+                f"{result.get('inodes', '?')} inodes free): its partial file was removed; "
                 f"{transfer.done_files} of {len(transfer.sends)} files written, each verified"
             )
         send = by_rel.get((int(result.get("dest", 0)), str(result.get("path"))))
@@ -461,23 +462,24 @@ def stage(
     stop = stop or threading.Event()
     t0 = time.monotonic()
     cache = controller_cache()
-    manifests = {i.key: build_manifest(i, cache) for i in items if i.kind != "shared"}
+    manifests: dict[str, Manifest] = {}
+    for item in items:
+        if item.kind != "shared":
+            manifests[item.key] = _announce(build_manifest(item, cache), t0, out)
+    t_report = time.monotonic()
     hosts, reports = _node_reports(runner, job.spec.host_pattern, items, job.spec.stage.node_cache)
     for item in items:
         if item.kind == "shared":  # the first node's view is the manifest; every node must see the same
             first = reports[hosts[0]]["held"][item.dest]
             if not first.get("files"):
                 raise ConfigurationError(f"{hosts[0]}: {item.label}: {item.dest}: no files there")
-            manifests[item.key] = Manifest(item, first["files"])
+            manifests[item.key] = _announce(Manifest(item, first["files"]), t0, out)
     ordered = [manifests[i.key] for i in items]
-    for m in ordered:
-        print(
-            f"staging: {m.item.key} from {m.item.kind} {m.item.source} -> {m.item.dest}: "
-            f"{len(m.files)} files, {human(m.total_bytes)}, manifest {m.digest[:19]} "
-            f"({time.monotonic() - t0:.1f} s)",
-            file=out,
-            flush=True,
-        )
+    print(
+        f"staging: {len(hosts)} nodes reported what they hold in {time.monotonic() - t_report:.1f} s",
+        file=out,
+        flush=True,
+    )
     transfers, extra = _plan_transfers(ordered, hosts, reports)
     for host, left in extra.items():
         for dest, names in left.items():
@@ -493,6 +495,18 @@ def stage(
     sent = {t.host: {"files": len(t.sends), "bytes": t.total} for t in transfers}
     _print_done(ordered, sent, hosts, seconds, out)
     return StageOutcome(ordered, sent, seconds, extra)
+
+
+def _announce(manifest: Manifest, t0: float, out: IO[str]) -> Manifest:
+    m = manifest
+    print(
+        f"staging: {m.item.key} from {m.item.kind} {m.item.source} -> {m.item.dest}: "
+        f"{len(m.files)} files, {human(m.total_bytes)}, manifest {m.digest[:19]} "
+        f"({time.monotonic() - t0:.1f} s)",
+        file=out,
+        flush=True,
+    )
+    return m
 
 
 def _plan_transfers(

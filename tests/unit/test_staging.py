@@ -350,3 +350,30 @@ def test_source_changed_after_its_manifest_is_named(tmp_path: Path, monkeypatch:
     node = tmp_path / "node" / "model"
     assert not (node / "config.json").exists() and not list(node.rglob("*.mift-part"))
     assert (node / "model.safetensors").is_file()  # sent and verified
+
+
+def test_the_run_records_the_manifests_it_staged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from launcher.engine.steps import stage_for_run  # noqa: PLC0415
+    from launcher.report import staging_lines  # noqa: PLC0415
+    from launcher.runs import RunDir  # noqa: PLC0415
+
+    monkeypatch.setenv("MIFT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
+    _tree(tmp_path / "m", FILES)
+    job = load_job(_job(tmp_path, {"model": {"controller": "m"}, "node_cache": str(tmp_path / "nc.json")}))
+    run = RunDir.create("st-1", {"name": "st"})
+    stage_for_run(job, StageRunnerDouble(tmp_path / "nc.json"), run, threading.Event(), io.StringIO())  # type: ignore[arg-type]
+    record = run.load()
+    item = record["staging"]["items"][0]
+    files = mift_stage.scan(tmp_path / "m", mift_stage.HashCache(None), strict=True)
+    assert item["digest"] == manifest_digest(files) and item["files"] == 3 and item["bytes"] == 5005
+    assert record["staging"]["sent"] == {"host1": {"files": 3, "bytes": 5005}}
+    kept = json.loads((run.path / "staging" / "model.manifest.json").read_text())
+    assert kept["manifest"] == files and kept["dest"] == str(tmp_path / "node" / "model")
+    lines = staging_lines(record)
+    assert lines[0].startswith(f"  staged  model {item['digest']} (3 files, 5.0 kB) from controller")
+    assert lines[1].startswith("  staged  sent host1 3 files 5.0 kB in ")
+    progress = staging_lines(
+        {"status": "staging", "staging": {"progress": {"h": {"bytes": 1, "total": 2, "rate": 1}}}}
+    )
+    assert progress == ["  staging: h 1 B/2 B (50%) 1 B/s ETA 1 s"]

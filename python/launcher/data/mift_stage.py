@@ -159,7 +159,8 @@ def _fs_of(path: Path) -> dict[str, int]:
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     vfs = os.statvfs(probe)
-    return {"dev": probe.stat().st_dev, "free": vfs.f_bavail * vfs.f_frsize, "block": vfs.f_frsize or 4096}
+    free = vfs.f_bavail * vfs.f_frsize
+    return {"dev": probe.stat().st_dev, "free": free, "block": vfs.f_frsize or 4096, "inodes": vfs.f_favail}
 
 
 def report(dests: list[str], cache: HashCache) -> dict[str, Any]:
