@@ -1,7 +1,7 @@
 """Staging end to end (issue 31) on 2 test hosts: ``python -m launcher stage``, the real playbook and ssh.
 
 Staging needs nothing the provisioning installs (ssh and the system ``python3``), so the hosts are bare ones
-of rig ``STAGING_E2E_RIG_ID`` (default 5), not the provisioned image. Shows, printing what the launcher
+of rig ``STAGING_E2E_RIG_ID`` (default 1), not the provisioned image. Shows, printing what the launcher
 printed: a first pass sends the tiny model and dataset to both hosts (bytes and time), a second sends nothing,
 a file corrupted on host2 is sent again to host2 only; and the bad inputs, one line each with nothing
 half-written left on a node: a missing source, a source file changed after its manifest was made, too little
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from mift_testsupport.fixtures import RigFactory
     from mift_testsupport.rig import Rig
 
-RIG_ID = rig_id_from_env("STAGING_E2E_RIG_ID", 5)
+RIG_ID = rig_id_from_env("STAGING_E2E_RIG_ID", 1)
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 TRAIN = REPO_ROOT / "configs" / "train" / "tiny_cpu_lora_sft.yaml"
 DATA = REPO_ROOT / "configs" / "data" / "tiny_alpaca"
