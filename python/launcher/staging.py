@@ -39,6 +39,11 @@ PROGRESS_EVERY_S = 2.0
 HF_HUB_DIR = "hub"
 
 
+def files(n: int) -> str:
+    """``1 file``, ``3 files``."""
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
 def human(n: float) -> str:
     """Bytes as B/kB/MB/GB (decimal)."""
     for unit in ("B", "kB", "MB", "GB"):
@@ -501,7 +506,7 @@ def _announce(manifest: Manifest, t0: float, out: IO[str]) -> Manifest:
     m = manifest
     print(
         f"staging: {m.item.key} from {m.item.kind} {m.item.source} -> {m.item.dest}: "
-        f"{len(m.files)} files, {human(m.total_bytes)}, manifest {m.digest[:19]} "
+        f"{files(len(m.files))}, {human(m.total_bytes)}, manifest {m.digest[:19]} "
         f"({time.monotonic() - t0:.1f} s)",
         file=out,
         flush=True,
@@ -588,7 +593,7 @@ def _print_done(
         )
         return
     total = sum(s["bytes"] for s in sent.values())
-    each = ", ".join(f"{h} {sent[h]['files']} files {human(sent[h]['bytes'])}" for h in hosts if h in sent)
+    each = ", ".join(f"{h} {files(sent[h]['files'])} {human(sent[h]['bytes'])}" for h in hosts if h in sent)
     others = [h for h in hosts if h not in sent]
     print(
         f"staged in {seconds:.1f} s: sent {human(total)} ({each}; {human(total / max(seconds, 1e-6))}/s)"

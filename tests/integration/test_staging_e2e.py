@@ -121,7 +121,7 @@ def test_stage_once_then_nothing_then_only_the_corrupt_file_on_host2(staging: St
     assert staging.sha256s(2, MODEL_DEST)["model.safetensors"] != want["model.safetensors"]
     third = staging.stage(job)
     assert third.returncode == 0, third.stderr
-    assert "sent 560.5 kB (host2 1 files 560.5 kB" in third.stdout and "host1 already held it" in third.stdout
+    assert "sent 560.5 kB (host2 1 file 560.5 kB" in third.stdout and "host1 already held it" in third.stdout
     assert staging.sha256s(2, MODEL_DEST) == want
 
 

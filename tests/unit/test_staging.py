@@ -377,3 +377,21 @@ def test_the_run_records_the_manifests_it_staged(tmp_path: Path, monkeypatch: py
         {"status": "staging", "staging": {"progress": {"h": {"bytes": 1, "total": 2, "rate": 1}}}}
     )
     assert progress == ["  staging: h 1 B/2 B (50%) 1 B/s ETA 1 s"]
+
+
+def test_hf_cache_snapshot_links_are_followed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo = tmp_path / "hub" / "models--org--tiny"
+    blobs = _tree(repo / "blobs", {"b1": b"{}", "b2": b"weights"})
+    snap = repo / "snapshots" / "c0ffee"
+    snap.mkdir(parents=True)
+    (snap / "config.json").symlink_to(blobs / "b1")
+    (snap / "model.safetensors").symlink_to(blobs / "b2")
+    job = load_job(_job(tmp_path, {"model": {"hf_cache": "org/tiny", "revision": "c0ffee"}}))
+    (item,) = stage_items(job)
+    assert item.kind == "hf_cache" and item.source == str(snap)
+    manifest = build_manifest(item, mift_stage.HashCache(None))
+    assert manifest.files == {
+        "config.json": {"size": 2, "sha256": _sha(b"{}")},
+        "model.safetensors": {"size": 7, "sha256": _sha(b"weights")},
+    }
