@@ -353,9 +353,7 @@ class HostTransfer:
             fh.seek(send.offset)
             while left > 0:
                 chunk = fh.read(min(mift_stage.CHUNK, left))
-                if (
-                    not chunk
-                ):  # the source shrank since its manifest: keep the stream framed, the node refuses it
+                if not chunk:  # the source shrank since its manifest: keep the stream framed (node refuses)
                     chunk = b"\0" * min(mift_stage.CHUNK, left)
                 pipe.write(chunk)
                 left -= len(chunk)
