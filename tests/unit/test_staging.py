@@ -81,6 +81,9 @@ def test_hash_cache_hashes_once_and_again_after_a_write(
     (root / "w.bin").write_bytes(b"2" * 100)  # same size; mtime/ctime change
     changed = mift_stage.scan(root, mift_stage.HashCache(cache_file), strict=True)
     assert changed["w.bin"]["sha256"] == expected and len(calls) == 2
+    (root / "w.bin").unlink()  # a file gone is forgotten by the cache
+    cache = mift_stage.HashCache(cache_file)
+    assert mift_stage.scan(root, cache, strict=True) == {} and cache.entries == {}
 
 
 def test_file_written_while_hashed_is_a_checksum_mismatch_at_the_source(
@@ -395,3 +398,18 @@ def test_hf_cache_snapshot_links_are_followed(tmp_path: Path, monkeypatch: pytes
         "config.json": {"size": 2, "sha256": _sha(b"{}")},
         "model.safetensors": {"size": 7, "sha256": _sha(b"weights")},
     }
+
+
+def test_a_file_another_staging_is_writing_is_left_alone(tmp_path: Path) -> None:
+    import fcntl  # noqa: PLC0415
+
+    part = tmp_path / ".x.bin.mift-part"
+    part.write_bytes(b"the other writer's bytes")
+    data = b"d" * 100
+    with part.open("r+b") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX)
+        rc, lines = _receive(
+            tmp_path, _stream(("x.bin", data, _sha(data), 0), ("y.bin", data, _sha(data), 0))
+        )
+    assert rc == 0 and lines[0]["error"] == "another staging is writing this file now" and lines[1]["ok"]
+    assert part.read_bytes() == b"the other writer's bytes" and not (tmp_path / "x.bin").exists()

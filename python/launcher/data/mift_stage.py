@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -73,6 +74,14 @@ class HashCache:
     def put(self, path: Path, st: os.stat_result, sha: str) -> None:
         self.entries[str(path)] = [*stat_key(st), sha]
         self.dirty = True
+
+    def prune(self, root: Path, keep: set[str]) -> None:
+        """Forget the files under ``root`` that are not in ``keep`` (deleted or renamed since)."""
+        prefix = f"{root}/"
+        gone = [k for k in self.entries if k.startswith(prefix) and k not in keep]
+        for key in gone:
+            del self.entries[key]
+        self.dirty = self.dirty or bool(gone)
 
     def save(self) -> None:
         """Write the cache (atomically); a cache that cannot be written is only slower next time."""
@@ -150,6 +159,7 @@ def scan(root: Path, cache: HashCache, *, strict: bool) -> dict[str, dict[str, A
                 raise
             sha = None
         out[rel] = {"size": path.stat().st_size, "sha256": sha}
+    cache.prune(root, {str(p) for p in files.values()})
     return out
 
 
@@ -214,8 +224,17 @@ def _resume_digest(part: Path, offset: int) -> hashlib._Hash | None:
     return digest
 
 
+def _drain(stream: IO[bytes], size: int) -> None:
+    _read_exact(stream, size, lambda _chunk: None)
+
+
 def receive_one(root: Path, header: dict[str, Any], stream: IO[bytes], cache: HashCache) -> dict[str, Any]:
-    """Receive one file of the stream under ``root``; return its result line (OSError ENOSPC: disk full)."""
+    """Receive one file of the stream under ``root``; return its result line (OSError ENOSPC: disk full).
+
+    The partial file is locked (``flock``) from before its first byte is written until it is renamed: a second
+    staging of the same folder at the same time gets an error line and writes nothing, so no file is renamed
+    into place holding bytes another writer put there.
+    """
     rel = _safe_rel(header["path"])
     size, offset = int(header["size"]), int(header.get("offset") or 0)
     final = root / rel
@@ -223,12 +242,17 @@ def receive_one(root: Path, header: dict[str, Any], stream: IO[bytes], cache: Ha
     final.parent.mkdir(parents=True, exist_ok=True)
     digest = _resume_digest(part, offset) if offset else hashlib.sha256()
     if digest is None:  # the partial file to resume is gone or shorter: drain, the next run sends it whole
-        _read_exact(stream, size - offset, lambda _chunk: None)
+        _drain(stream, size - offset)
         part.unlink(missing_ok=True)
         return {"path": rel, "ok": False, "error": "partial file to resume from is gone; sent again next run"}
     try:
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | (0 if offset else os.O_TRUNC), 0o600)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)  # not O_TRUNC: only once the lock is ours
         with os.fdopen(fd, "wb") as out:
+            try:
+                fcntl.flock(out.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _drain(stream, size - offset)
+                return {"path": rel, "ok": False, "error": "another staging is writing this file now"}
             out.truncate(offset)
             out.seek(offset)
 
@@ -239,21 +263,26 @@ def receive_one(root: Path, header: dict[str, Any], stream: IO[bytes], cache: Ha
             got = _read_exact(stream, size - offset, sink)
             out.flush()
             os.fsync(out.fileno())
+            sha = digest.hexdigest()
+            if got != size - offset or sha != header["sha256"]:
+                part.unlink(missing_ok=True)
+                why = (
+                    "stream ended early"
+                    if got != size - offset
+                    else f"sha256 {sha[:12]} != manifest {header['sha256'][:12]}"
+                )
+                return {
+                    "path": rel,
+                    "ok": False,
+                    "error": f"checksum mismatch ({why}): not written",
+                    "sha256": sha,
+                }
+            os.fchmod(out.fileno(), int(header.get("mode") or 0o644) & 0o777)
+            part.replace(final)  # still locked: nobody wrote to it since it was hashed
     except OSError as err:
         if err.errno == errno.ENOSPC:
             part.unlink(missing_ok=True)
         raise
-    sha = digest.hexdigest()
-    if got != size - offset or sha != header["sha256"]:
-        part.unlink(missing_ok=True)
-        why = (
-            "stream ended early"
-            if got != size - offset
-            else f"sha256 {sha[:12]} != manifest {header['sha256'][:12]}"
-        )
-        return {"path": rel, "ok": False, "error": f"checksum mismatch ({why}): not written", "sha256": sha}
-    os.chmod(part, int(header.get("mode") or 0o644) & 0o777)  # noqa: PTH101 - the open file's path
-    part.replace(final)
     cache.put(final, final.stat(), sha)
     return {"path": rel, "ok": True, "bytes": size - offset}
 
