@@ -413,3 +413,14 @@ def test_a_file_another_staging_is_writing_is_left_alone(tmp_path: Path) -> None
         )
     assert rc == 0 and lines[0]["error"] == "another staging is writing this file now" and lines[1]["ok"]
     assert part.read_bytes() == b"the other writer's bytes" and not (tmp_path / "x.bin").exists()
+
+
+def test_a_shared_folder_must_look_the_same_from_every_node(tmp_path: Path) -> None:
+    from launcher.staging import shared_differences  # noqa: PLC0415
+
+    root = _tree(tmp_path / "shared", FILES)
+    first = mift_stage.report([str(root)], mift_stage.HashCache(None))[str(root)]
+    manifest = Manifest(StageItem("model", "shared", str(root), str(root)), first["files"])
+    assert shared_differences(manifest, first) == []
+    other = {"files": {**first["files"], "config.json": {"size": 2, "sha256": "0" * 64}, "new.bin": {}}}
+    assert shared_differences(manifest, other) == ["config.json", "new.bin"]
