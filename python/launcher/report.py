@@ -86,10 +86,30 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
             f"(partition {slurm.get('partition', '?')}, login host {slurm.get('login_host', '?')}"
             + (f", run folder {slurm['run_root']})" if slurm.get("run_root") else ")")
         )
+    lines.extend(staging_lines(record))
     hosts = record.get("hosts") or []
     nodes = record.get("nodes") or {}
     if hosts:
         lines.extend("  " + line for line in render_table(hosts, nodes))
     if record.get("summary"):
         lines.extend(summary_lines(record, run)[1:])
+    return lines
+
+
+def staging_lines(record: dict[str, Any]) -> list[str]:
+    """The staging block of a run: progress while it stages, then what the nodes hold and what was sent."""
+    from launcher.staging import files, human, progress_line  # noqa: PLC0415
+
+    staging = record.get("staging") or {}
+    if record.get("status") == "staging" and staging.get("progress"):
+        return [f"  staging: {progress_line(staging['progress'])}"]
+    lines = [
+        f"  staged  {item['key']} {item['digest']} ({files(item['files'])}, {human(item['bytes'])}) "
+        f"from {item['kind']} {item['source']} -> {item['dest']}"
+        for item in staging.get("items") or []
+    ]
+    if lines:
+        sent = staging.get("sent") or {}
+        what = ", ".join(f"{h} {files(s['files'])} {human(s['bytes'])}" for h, s in sent.items()) or "nothing"
+        lines.append(f"  staged  sent {what} in {staging.get('seconds', '-')} s")
     return lines

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import yaml
@@ -24,7 +25,7 @@ from launcher.engine.finish import finish
 from launcher.engine.load import load_job
 from launcher.engine.plan import TRAIN_FILE, RunPlan, build_plan, require_liger, validate_plan
 from launcher.engine.split import record_of, summary_line
-from launcher.exceptions import ConfigurationError, LauncherError
+from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.inventory import check_hosts
 from launcher.job import Job, Verdict, agent_source
@@ -33,10 +34,10 @@ from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
 from launcher.runs import RunDir, new_run_id
 from launcher.watchdog import ProgressWatch, Schedule
+from launcher.staging import stage, stage_items, write_manifests
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from launcher.engine.load import LoadedJob
     from launcher.engine.plan import ResumeFrom
@@ -165,6 +166,7 @@ def run_job(
     if inv is not None and not inv.exists():
         raise ConfigurationError.at(inventory or inv, "(file)", "inventory not found", "file")
     job = load_and_check(job_path, inv)
+    stage_items(job)  # a missing source is bad input before any host is asked
     spec = job.spec
     backend_fields = choose_backend(backend, inv, job_path, spec.slurm.login_only)
     run_id = new_run_id(spec.name)
@@ -225,7 +227,47 @@ def run_job(
         except LauncherError as err:
             run.set_status("stopped" if interrupted.is_set() else "rejected", str(err))
             raise
+        try:
+            stage_for_run(job, runner, run, interrupted, out)
+        except LauncherError as err:
+            failed = "failed" if isinstance(err, JobFailedError) else "rejected"
+            run.set_status("stopped" if interrupted.is_set() else failed, str(err))
+            raise
         return _ship_and_follow(run, runner, plan, interrupted=interrupted, detach=detach, out=out)
+
+
+def stage_for_run(
+    job: LoadedJob, runner: PlaybookRunner, run: RunDir, interrupted: threading.Event, out: IO[str]
+) -> None:
+    """Stage the job's folders on every node (status ``staging``, progress in the record); the manifests are
+    kept in the run (``staging`` in record.json, ``staging/<key>.manifest.json``)."""
+    if not job.spec.stage.items():
+        return
+    run.set_status("staging")
+    outcome = stage(
+        job, runner, out=out, stop=interrupted, progress=lambda state: run.update(staging={"progress": state})
+    )
+    if outcome is not None:
+        write_manifests(run.path, outcome)
+        run.update(staging=outcome.record())
+
+
+def stage_only(job_path: Path, *, inventory: Path | None, out: IO[str]) -> ExitCode:
+    """``launcher stage``: load and check the job, then stage its folders on every node; no run is made."""
+    import tempfile  # noqa: PLC0415
+
+    inv = inventory.resolve() if inventory else None
+    if inv is not None and not inv.exists():
+        raise ConfigurationError.at(inventory or inv, "(file)", "inventory not found", "file")
+    job = load_and_check(job_path, inv)
+    if not stage_items(job):
+        raise ConfigurationError.at(job_path, "stage", "the job spec stages nothing", "stage")
+    interrupted = threading.Event()
+    with interrupt_guard(interrupted), tempfile.TemporaryDirectory(prefix="mift-stage-") as tmp:
+        runner = runner_module.PlaybookRunner(Path(tmp), inventory=inv)
+        runner.cancel_requested = interrupted
+        stage(job, runner, out=out, stop=interrupted)
+    return OK
 
 
 def probe_before_run(
