@@ -33,8 +33,8 @@ from launcher.jobspec import mask_env
 from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
 from launcher.runs import RunDir, new_run_id
-from launcher.watchdog import ProgressWatch, Schedule
 from launcher.staging import stage, stage_items, write_manifests
+from launcher.watchdog import ProgressWatch, Schedule
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
