@@ -1,7 +1,7 @@
-"""The rocm role's release map: the repository lines each ROCm release writes, rendered from the role's own data.
+"""The rocm role's release map: the repository lines each ROCm release writes, from the role's own data.
 
-The role's vars/main.yml and defaults/main.yml are templated by Ansible's own Templar (no host), so these cases
-check the Jinja the role runs, not a copy of it. Sources of each pair: docs/rocm.md "ROCm -> amdgpu driver map".
+The role's vars/main.yml and defaults/main.yml are templated by Ansible's own Templar (no host), so
+these cases check the Jinja the role runs, not a copy of it. Sources of each pair: docs/rocm.md.
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ def render(expr: str, **overrides: Any) -> Any:
     variables.update(
         mift_defaults_rocm_version="7.0.2",
         mift_defaults_facts_dir="/etc/ansible/facts.d",
-        ansible_facts={"distribution": "Ubuntu", "distribution_major_version": "22", "kernel": "5.15.0-1-generic"},
+        ansible_facts={
+            "distribution": "Ubuntu",
+            "distribution_major_version": "22",
+            "kernel": "5.15.0-1-generic",
+        },
     )
     variables.update(overrides)
     return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expr))
@@ -82,7 +86,10 @@ def test_installed_version_of_a_patch_release_is_the_release_itself(release: str
 
 def test_graphics_and_driver_overrides_win_over_the_map() -> None:
     lines = render(
-        "{{ _rocm_repo_lines }}", rocm_version="7.2.2", rocm_graphics_version="7.2.2", rocm_driver_version="30.30.2"
+        "{{ _rocm_repo_lines }}",
+        rocm_version="7.2.2",
+        rocm_graphics_version="7.2.2",
+        rocm_driver_version="30.30.2",
     )
     assert "/graphics/7.2.2/ubuntu" in lines["graphics"]
     assert "/amdgpu/30.30.2/ubuntu" in lines["amdgpu"]
@@ -96,7 +103,9 @@ def test_unknown_release_has_no_driver_and_keeps_its_graphics_path() -> None:
 
 def test_example_inventory_avoids_the_hipcc_cmath_issue_of_7_0() -> None:
     # hipcc on Ubuntu 22.04 with ROCm 7.0.x: "'cmath' file not found" (AMD verified issue, fixed in 7.1.0).
-    inventory = yaml.safe_load((REPO / "inventory" / "example" / "group_vars" / "all.yml").read_text(encoding="utf-8"))
+    inventory = yaml.safe_load(
+        (REPO / "inventory" / "example" / "group_vars" / "all.yml").read_text(encoding="utf-8")
+    )
     release = str(inventory["rocm_version"])
     assert release in RELEASES
     assert tuple(int(part) for part in release.split(".")) >= (7, 1)

@@ -10,6 +10,7 @@ of the host's GPU profile, read from ``/etc/mift-testdouble/gpu-profile``.
 Layout written under OUT (served as http://controller:8080/amd/)::
 
     rocm/rocm.gpg.key                                   armored public TEST key (throwaway)
+    rocm/rocm.gpg.key.fingerprint                       its fingerprint (test inventories allow it)
     rocm/apt/<rocm>/dists/{jammy,noble}/...             rocm, rocm-core, rocminfo, rocm-smi-lib, ...
     graphics/<rocm>/ubuntu/dists/{jammy,noble}/...      libdrm-amdgpu1 (needed by hip-runtime-amd)
     amdgpu/<driver>/ubuntu/dists/{jammy,noble}/...      amdgpu-dkms, amdgpu-dkms-firmware
@@ -135,7 +136,7 @@ class Pkg:
 
 
 def _yaml_map(name: str) -> dict[str, str]:
-    """A flat "X": "Y" map of the rocm role's vars/main.yml (read as text: no YAML library on the controller)."""
+    """A flat "X": "Y" map of the rocm role's vars/main.yml (read as text: no YAML library needed)."""
     text = VERSION_MAP_FILE.read_text(encoding="utf-8")
     if f"\n{name}:" not in text:
         return {}
@@ -158,7 +159,7 @@ def version_map() -> dict[str, str]:
 
 
 def graphics_map() -> dict[str, str]:
-    """ROCm -> graphics repository release where AMD published them apart (7.2.2 -> 7.2.1); else the ROCm release."""
+    """ROCm -> graphics release where AMD published them apart (7.2.2 -> 7.2.1); else the ROCm release."""
     return _yaml_map("_rocm_graphics_versions")
 
 
@@ -441,6 +442,12 @@ def main() -> int:
     (args.out / "rocm").mkdir(parents=True)
     key = subprocess.run([*gpg, "--armor", "--export", KEY_UID], check=True, capture_output=True).stdout
     (args.out / "rocm" / "rocm.gpg.key").write_bytes(key)
+    # Its fingerprint, for the test inventories' rocm_apt_key_fingerprints (the role refuses any other key).
+    colons = subprocess.run(
+        [*gpg, "--with-colons", "--fingerprint", KEY_UID], check=True, capture_output=True, text=True
+    ).stdout
+    fpr = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
+    (args.out / "rocm" / "rocm.gpg.key.fingerprint").write_text(fpr + "\n", encoding="utf-8")
     # One tree per path: releases may share a driver (7.2.1 and 7.2.2: 30.30.1) or a graphics tree (7.2.2 uses
     # graphics/7.2.1), and only the graphics trees AMD published exist (no graphics/7.2.2).
     graphics = graphics_map()
