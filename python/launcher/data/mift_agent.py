@@ -166,6 +166,9 @@ def _trainer_env(run_dir: Path, run_id: str) -> dict[str, str]:
     env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update({str(k): str(v) for k, v in extra.items()})
     env[MARKER] = agent_key(run_id, run_dir)
+    tunableop = env.get("PYTORCH_TUNABLEOP_FILENAME", "")
+    if tunableop.startswith("/"):  # kept between runs: PyTorch writes it when the trainer ends
+        Path(tunableop).parent.mkdir(parents=True, exist_ok=True)
     return env
 
 
