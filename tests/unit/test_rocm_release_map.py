@@ -6,46 +6,63 @@ these cases check the Jinja the role runs, not a copy of it. Sources of each pai
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "rocm"
 BASE = "https://repo.radeon.com"
 
 
-def _trust(value: Any) -> Any:
+# Ansible's Templar runs in a child process: importing ansible patches sys.intern (ansible.module_utils
+# _internal._patches), which breaks torch._dynamo in later tests of the same pytest process.
+_RENDER = """
+import json, sys
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+def trust(value):
     if isinstance(value, str):
         return trust_as_template(value)
     if isinstance(value, dict):
-        return {key: _trust(item) for key, item in value.items()}
+        return {key: trust(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_trust(item) for item in value]
+        return [trust(item) for item in value]
     return value
+
+role, expr, overrides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+variables = {}
+for name in ("defaults", "vars"):
+    with open(f"{role}/{name}/main.yml", encoding="utf-8") as fh:
+        variables.update(yaml.safe_load(fh))
+variables = trust(variables)
+variables.update(
+    mift_defaults_rocm_version="7.0.2",
+    mift_defaults_facts_dir="/etc/ansible/facts.d",
+    ansible_facts={"distribution": "Ubuntu", "distribution_major_version": "22", "kernel": "5.15.0-1"},
+)
+variables.update(overrides)
+print(json.dumps(Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expr))))
+"""
 
 
 def render(expr: str, **overrides: Any) -> Any:
     """Template ``expr`` with the role's defaults and vars, as on an Ubuntu 22.04 host."""
-    variables: dict[str, Any] = {}
-    for name in ("defaults", "vars"):
-        variables.update(yaml.safe_load((ROLE / name / "main.yml").read_text(encoding="utf-8")))
-    variables = _trust(variables)
-    variables.update(
-        mift_defaults_rocm_version="7.0.2",
-        mift_defaults_facts_dir="/etc/ansible/facts.d",
-        ansible_facts={
-            "distribution": "Ubuntu",
-            "distribution_major_version": "22",
-            "kernel": "5.15.0-1-generic",
-        },
+    proc = subprocess.run(
+        [sys.executable, "-c", _RENDER, str(ROLE), expr, json.dumps(overrides)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
-    variables.update(overrides)
-    return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expr))
+    return json.loads(proc.stdout)
 
 
 # ROCm release -> (rocm/apt path, graphics path, amdgpu path)
