@@ -11,7 +11,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError, JobFailedError
-from launcher.nodeenv import provisioned_env, resolve_nproc
+from launcher.nodeenv import mi300x_env, provisioned_env, resolve_nproc
 from launcher.problems import Problem
 from launcher.torch_answers import TorchAnswers
 from launcher.torchinfo import cuda_hosts, cuda_note, torch_gpu_mem_gib, torch_stack
@@ -294,9 +294,20 @@ def run_preflight(
         gpus={h: reports[h].get("gpus") or {} for h in hosts},
         probe={h: reports[h].get("probe") or {} for h in hosts},
         torch=torch_answers.resolve({h: reports[h].get("torch") or {} for h in hosts}),
-        # provisioning's runtime env (flash-attn's Triton switch) under the inventory's mift_node_env
+        # provisioning's runtime env (flash-attn's Triton switch) and AMD's MI300X settings on ROCm
+        # nodes, under the inventory's mift_node_env
         node_env={
-            h: {**provisioned_env(reports[h].get("flash_attn")), **(reports[h].get("node_env") or {})}
+            h: {
+                **provisioned_env(reports[h].get("flash_attn")),
+                **mi300x_env(
+                    h,
+                    stack=reports[h].get("stack") or {},
+                    gpus=reports[h].get("gpus") or {},
+                    overrides=reports[h].get("mi300x_env"),
+                    tunableop=reports[h].get("tunableop"),
+                ),
+                **(reports[h].get("node_env") or {}),
+            }
             for h in hosts
         },
     )

@@ -170,6 +170,9 @@ def _trainer_env(run_dir: Path, run_id: str) -> dict[str, str]:
     env.update({str(k): str(v) for k, v in extra.items()})
     env[MARKER] = agent_key(run_id, run_dir)
     flight_recorder_env(env, run_dir)
+    tunableop = env.get("PYTORCH_TUNABLEOP_FILENAME", "")
+    if tunableop.startswith("/"):  # kept between runs: PyTorch writes it when the trainer ends
+        Path(tunableop).parent.mkdir(parents=True, exist_ok=True)
     return env
 
 
