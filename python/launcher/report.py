@@ -6,6 +6,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 from launcher.follow import render_table
+from launcher.telemetry import gpu_lines
 
 if TYPE_CHECKING:
     from launcher.runs import RunDir
@@ -61,6 +62,7 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     nodes = record.get("nodes") or {}
     if hosts:
         lines.extend("  " + line for line in render_table(hosts, nodes))
+        lines.extend("  " + line for line in gpu_lines(hosts, nodes))
     if record.get("summary"):
         lines.extend(summary_lines(record, run)[1:])
     return lines
