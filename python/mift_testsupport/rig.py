@@ -23,10 +23,10 @@ if TYPE_CHECKING:
 
 
 def rig_id_from_env(variable: str, default: int) -> int:
-    """Return the rig id in ``$variable`` (one digit), else ``default``; a bad value is an error."""
+    """Return the rig id in ``$variable`` (0-99), else ``default``; a bad value is an error."""
     text = os.environ.get(variable, "") or str(default)
-    if not re.fullmatch(r"[0-9]", text):
-        raise ValueError(f"{variable}={text!r}: a rig id is one digit 0-9")
+    if not re.fullmatch(r"[0-9]|[1-9][0-9]", text):
+        raise ValueError(f"{variable}={text!r}: a rig id is 0-99")
     return int(text)
 
 

@@ -4,8 +4,8 @@ TH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$TH_DIR/../.." && pwd)
 RIG_HOME=${RIG_HOME:-$REPO_ROOT/.rig}
 RIG_ID=${RIG_ID:-0}
-if [[ ! $RIG_ID =~ ^[0-9]$ ]]; then
-  echo "rig: RIG_ID must be one digit 0-9, got '$RIG_ID'" >&2
+if [[ ! $RIG_ID =~ ^([0-9]|[1-9][0-9])$ ]]; then  # 10.231.<ID>.0/24; names mift<ID>h<I> stay unique
+  echo "rig: RIG_ID must be 0-99, got '$RIG_ID'" >&2
   exit 2
 fi
 NET=10.231.$RIG_ID                    # this instance's subnet, used ONLY on $BR and inside our netns
