@@ -63,8 +63,9 @@ def test_gpu_ecc_rising(cluster: Cluster, fault_record: dict[str, Any]) -> None:
     job = cluster.job(name, max_steps=LONG_STEPS, telemetry={"period_s": PERIOD_S})
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)
-    t0, switched = time.monotonic(), time.time()  # the hosts share this machine's clock
-    cluster.ssh(2, f"printf 'ecc-rising 1\\n' > {HOST_MODE}")
+    t0 = time.monotonic()
+    # when the mode file was written, by the host's clock (the test hosts share this machine's clock)
+    switched = float(cluster.ssh(2, f"printf 'ecc-rising 1\\n' > {HOST_MODE} && stat -c %.3Y {HOST_MODE}"))
     took = cluster.wait_no_trainers(120, since=t0)
     out = finish(proc, log)
     rec = cluster.record(name)
