@@ -287,7 +287,9 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
             break
         except subprocess.TimeoutExpired:
             lost = (watchdog.check() if watchdog else "") or (sampler.fault if sampler else "")
-            if lost:  # cut off from the master: nobody can stop this node, and its collectives hang for ages
+            # cut off from the master (nobody can stop this node, and its collectives hang for ages), or a GPU
+            # broke (a new uncorrectable ECC error, a GPU gone: the run must not go on with it)
+            if lost:
                 log.write(f"mift_agent: {lost}; stopping the trainer\n".encode())
                 log.flush()
                 sweep(proc.pid, agent_key(run_id, run_dir), grace)
