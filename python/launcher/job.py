@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.metrics import Summary, read_jsonl, summarize, write_metrics
-from launcher.plot import plot_loss
+from launcher.plot import plot_gpus, plot_loss
 from launcher.runner import PlaybookResult, PlaybookRunner
 from launcher.runs import FINAL_STATES, RunDir
-from launcher.telemetry import after_fields, first_gpu_fault
+from launcher.telemetry import after_fields, first_gpu_fault, gpu_series
 
 RUNNING = ("starting", "running")
 UNREACHABLE_LIMIT = 3  # consecutive polls without an answer before a node counts as vanished
@@ -200,6 +200,11 @@ class Job:
         summary = summarize(log, results if isinstance(results, dict) else {})
         write_metrics(log, self.run.path / "metrics.jsonl")
         plotted = plot_loss(summary.losses, self.run.path / "loss.png", f"{self.run.run_id} ({state})")
+        gpu_plot = plot_gpus(
+            gpu_series(self.run.nodes_dir, self.hosts),
+            self.run.path / "gpu.png",
+            f"{self.run.run_id} ({state})",
+        )
         adapters = {
             h: str(Path(files[0]).parent)
             for h, files in (
@@ -215,6 +220,7 @@ class Job:
             summary={
                 **summary.as_dict(),
                 "loss_png": plotted,
+                "gpu_png": gpu_plot,
                 "adapter_dirs": adapters,
                 "notes": notes + gpu_notes,
                 "world_size": _world_size(final_nodes),

@@ -34,6 +34,8 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     lines.extend(f"  note        {note}" for note in summary.get("notes") or [])
     if summary.get("loss_png"):
         lines.append(f"  loss plot   {run.path / 'loss.png'}")
+    if summary.get("gpu_png"):
+        lines.append(f"  GPU plot    {run.path / 'gpu.png'}")
     lines.append(f"  run dir     {run.path}  (node logs in nodes/<host>/trainer.log)")
     return lines
 

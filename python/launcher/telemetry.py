@@ -6,18 +6,21 @@ shows and records it.
   once;
 * :func:`gpu_lines` -- ``status``: per node, GPU utilization, power, temperature and memory of the latest
   sample;
+* :func:`gpu_series` -- ``finalize``: each node's utilization and power over the run, for ``gpu.png``;
 * :func:`after_fields` -- ``finalize``: each node's check after the run (GPUs idle and healthy), and the notes
   for the nodes that are not.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from pathlib import Path
 
     from launcher.runner import PlaybookResult
 
@@ -105,3 +108,43 @@ def after_fields(collected: PlaybookResult, hosts: Iterable[str]) -> tuple[dict[
                 f"{host}: GPUs not idle or not healthy after the run: {'; '.join(after.get('problems', []))}"
             )
     return checks, notes
+
+
+def gpu_series(
+    nodes_dir: Path, hosts: Iterable[str]
+) -> dict[str, list[tuple[float, float | None, float | None]]]:
+    """Return host -> (seconds since the run's first sample, mean GPU util %, node power W) from the collected
+    ``nodes/<host>/telemetry.jsonl`` (hosts without samples are left out)."""
+    lines: dict[str, list[tuple[float, list[dict[str, Any]]]]] = {}
+    for host in hosts:
+        try:
+            text = (nodes_dir / host / "telemetry.jsonl").read_text()
+        except OSError:
+            continue
+        for raw in text.splitlines():
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            if (
+                isinstance(entry, dict)
+                and isinstance(entry.get("t"), int | float)
+                and isinstance(entry.get("gpus"), list)
+            ):
+                lines.setdefault(host, []).append((float(entry["t"]), entry["gpus"]))
+    if not lines:
+        return {}
+    start = min(t for samples in lines.values() for t, _ in samples)
+
+    def mean(values: list[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    series = {}
+    for host, samples in lines.items():
+        points = []
+        for t, gpus in samples:
+            util = [float(g["util_pct"]) for g in gpus if isinstance(g.get("util_pct"), int | float)]
+            power = [float(g["power_w"]) for g in gpus if isinstance(g.get("power_w"), int | float)]
+            points.append((round(t - start, 1), mean(util), sum(power) if power else None))
+        series[host] = points
+    return series

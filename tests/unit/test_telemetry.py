@@ -466,3 +466,23 @@ def test_agent_run_completes_with_a_hanging_tool(double: Path, tmp_path: Path) -
     # the hung tool is not called again after the run; processes on this machine's GPUs (if any) may show
     assert after["checked"] == ["processes"]
     assert all(p.startswith("process on a GPU: ") for p in after["problems"])
+
+
+def test_gpu_plot_beside_the_loss_curve(tmp_path: Path) -> None:
+    from launcher.plot import plot_gpus  # noqa: PLC0415
+    from launcher.telemetry import gpu_series  # noqa: PLC0415
+
+    gpus = g.parse_amd_metric(json.dumps(metric_document()))
+    for host, t0 in (("host1", 1000.0), ("host2", 1001.0)):
+        (tmp_path / host).mkdir()
+        lines = [{"t": t0 + 30 * i, "kind": "sample", "gpus": gpus} for i in range(3)]
+        (tmp_path / host / g.TELEMETRY_FILE).write_text(
+            "".join(json.dumps(x) + "\n" for x in lines) + "not json\n"
+        )
+    series = gpu_series(tmp_path, ["host1", "host2", "host3"])
+    assert sorted(series) == ["host1", "host2"]
+    assert series["host1"] == [(0.0, 12.5, 2014.0), (30.0, 12.5, 2014.0), (60.0, 12.5, 2014.0)]
+    assert series["host2"][0] == (1.0, 12.5, 2014.0)
+    assert plot_gpus(series, tmp_path / "gpu.png", "t")
+    assert (tmp_path / "gpu.png").read_bytes()[:4] == b"\x89PNG"
+    assert not plot_gpus({}, tmp_path / "none.png", "t")
