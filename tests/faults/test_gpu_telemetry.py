@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.rig, pytest.mark.slow]
 PERIOD_S = 2.0
 BOUND_S = 30.0
 LONG_STEPS = 400
-HUNG_DOUBLE = "pgrep -af 'sleep 100000' || true"
+HUNG_DOUBLE = "pgrep -afx 'sleep 100000' || true"  # -x: not this probe's own command line
 
 
 @pytest.fixture
@@ -95,7 +95,7 @@ def test_gpu_ecc_rising(cluster: Cluster, fault_record: dict[str, Any]) -> None:
     assert 0 < verdict <= BOUND_S, rec.get("timeline")
     assert took <= BOUND_S, f"trainers left for {took:.1f} s"
     assert host2_after.get("ok") is False and host1_after.get("ok") is True, after
-    assert any(line.startswith("host2") and "GiB" in line for line in lines), lines
+    assert any(line.strip().startswith("host2") and "GiB" in line for line in lines), lines
 
 
 @pytest.mark.usefixtures("doubles")
