@@ -7,6 +7,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 from launcher.job import Verdict
+from launcher.telemetry import WarningOnce
 
 if TYPE_CHECKING:
     import threading
@@ -100,6 +101,7 @@ def follow(
     view = LiveView(job.run.run_id, out)
     started = time.monotonic()
     nodes: dict[str, dict[str, Any]] = {}
+    telemetry_warnings = WarningOnce()
     while True:
         if interrupted.is_set():
             return Verdict("stopped", "interrupted (Ctrl-C)"), nodes
@@ -110,6 +112,8 @@ def follow(
         nodes = polled
         verdict = job.judge(nodes)
         view.show(job.hosts, nodes, verdict)
+        for line in telemetry_warnings.new_lines(nodes):
+            print(line, file=view.out, flush=True)
         job.run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
         if verdict.state != "running":
             return verdict, nodes

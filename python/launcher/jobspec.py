@@ -48,6 +48,21 @@ class Timeouts(_Strict):
     teardown_grace_s: Annotated[int, Field(ge=0, le=20)] = 10
 
 
+class Telemetry(_Strict):
+    """GPU telemetry on every node while the trainer runs (docs/launcher.md "GPU telemetry")."""
+
+    # seconds between two samples of amd-smi / nvidia-smi on a node; 0: off. 30 s costs one tool call (about
+    # a second of one CPU core) per half minute per node
+    period_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
+
+    @field_validator("period_s")
+    @classmethod
+    def _not_too_fast(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError("must be 0 (off) or at least 1 second")
+        return value
+
+
 SLURM_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 # Slurm's --time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 SLURM_TIME_RE = r"^(?:\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2})$"
@@ -191,6 +206,7 @@ class JobSpec(_Strict):
     resume: bool | str = False
     poll_interval_s: Annotated[float, Field(ge=0.5, le=60)] = 2.0
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    telemetry: Telemetry = Field(default_factory=Telemetry)
     # None: the inventory's mift_node_venv, else /opt/mift/venv
     node_venv: str | None = None
     min_free_disk_gb: Annotated[float, Field(ge=0)] = 1.0

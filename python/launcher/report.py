@@ -6,6 +6,7 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 from launcher.follow import render_table
+from launcher.telemetry import gpu_lines
 
 if TYPE_CHECKING:
     from launcher.runs import RunDir
@@ -47,6 +48,8 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     lines.extend(stall_lines(record, run))
     if summary.get("loss_png"):
         lines.append(f"  loss plot   {run.path / 'loss.png'}")
+    if summary.get("gpu_png"):
+        lines.append(f"  GPU plot    {run.path / 'gpu.png'}")
     lines.append(f"  run dir     {run.path}  (node logs in nodes/<host>/trainer.log)")
     return lines
 
@@ -91,6 +94,7 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     nodes = record.get("nodes") or {}
     if hosts:
         lines.extend("  " + line for line in render_table(hosts, nodes))
+        lines.extend("  " + line for line in gpu_lines(hosts, nodes))
     if record.get("summary"):
         lines.extend(summary_lines(record, run)[1:])
     return lines

@@ -18,6 +18,10 @@ and, written by this agent:
 * ``state.json``  -- ``{"state", "pid", "supervisor_pid", "started_at", "ended_at", "rc"}``
 * ``rc``          -- the trainer's exit status once it ended
 * ``stop_requested`` -- present once ``stop`` was asked for
+* ``telemetry.jsonl``, ``telemetry.json``, ``gpu_after.json`` -- GPU samples while the trainer runs (every
+  ``telemetry_period_s`` of job.json, from a baseline taken before it starts) and the check after the run,
+  written by ``mift_gpu.py`` (shipped next to this file); a GPU that breaks stops the trainer (state
+  ``failed``, ``gpu_fault``)
 
 Commands (each prints one JSON object on stdout):
 
@@ -70,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 import mift_contract as contract
+import mift_gpu
 from mift_probe import checkpoints, free_bytes, installed_versions, local_facts
 
 MARKER = contract.MARKER
@@ -238,6 +243,9 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
     env["PATH"] = venv_bin + os.pathsep + env["PATH"]  # llamafactory-cli runs `torchrun` by name
     log = (run_dir / "trainer.log").open("ab")
     started = _now()
+    sampler = mift_gpu.Sampler.for_job(run_dir, job)
+    if sampler is not None:
+        sampler.start()  # the baseline (one tool call, bounded by its timeout), then a thread
     try:
         proc = subprocess.Popen(
             argv,
@@ -249,6 +257,8 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
             start_new_session=True,
         )
     except OSError as err:
+        if sampler is not None:
+            sampler.stop()
         log.write(f"mift_agent: cannot start {argv[0]}: {err}\n".encode())
         log.close()
         (run_dir / "rc").write_text("127\n")
@@ -283,13 +293,17 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
             rc = proc.wait(timeout=WATCH_PERIOD_S)
             break
         except subprocess.TimeoutExpired:
-            lost = watchdog.check() if watchdog else ""
-            if lost:  # cut off from the master: nobody can stop this node, and its collectives hang for ages
+            lost = (watchdog.check() if watchdog else "") or (sampler.fault if sampler else "")
+            # cut off from the master (nobody can stop this node, and its collectives hang for ages), or a GPU
+            # broke (a new uncorrectable ECC error, a GPU gone: the run must not go on with it)
+            if lost:
                 log.write(f"mift_agent: {lost}; stopping the trainer\n".encode())
                 log.flush()
                 sweep(proc.pid, agent_key(run_id, run_dir), grace)
                 rc = proc.wait()
                 break
+    if sampler is not None:
+        sampler.stop()
     # a trainer killed from outside leaves torchrun's workers (own sessions) behind: sweep them
     left = sweep(proc.pid, agent_key(run_id, run_dir), grace)
     log.close()
@@ -298,6 +312,8 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
     state.update({"state": "stopped" if stopped else "exited", "rc": rc, "ended_at": _now(), "left": left})
     if lost:
         state["reason"] = lost
+    if sampler is not None and sampler.fault:  # the run fails, whatever the stopped trainer's rc
+        state.update(state="failed", gpu_fault=sampler.fault)
     _write_json(run_dir / STATE_FILE, state)
 
 
@@ -658,6 +674,7 @@ def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
         **{k: state[k] for k in ("slurm_node", "master_addr") if state.get(k)},  # a Slurm task's placement
         **_log_facts(run_dir / "trainer.log"),
         **({} if remote else {"watch": watch_facts(run_dir, job)}),
+        **mift_gpu.status_fields(run_dir),
     }
 
 
@@ -885,7 +902,16 @@ def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
 SHARED_COMMANDS = ("shared-prepare", "shared-status", "shared-collect", "shared-stop")
 COLLECT_ARCHIVE = "collect.tar.gz"
 # what the launcher fetches from a node run directory and from its output_dir (small files only)
-COLLECT_RUN_FILES = ("trainer.log", STATE_FILE, "job.json", "rc", "slurm.out")
+COLLECT_RUN_FILES = (
+    "trainer.log",
+    STATE_FILE,
+    "job.json",
+    "rc",
+    "slurm.out",
+    mift_gpu.TELEMETRY_FILE,
+    mift_gpu.TELEMETRY_STATE,
+    mift_gpu.AFTER_FILE,
+)
 COLLECT_OUTPUT_FILES = ("trainer_log.jsonl", "all_results.json", "train_results.json", "adapter_config.json")
 
 
@@ -895,6 +921,9 @@ def cmd_collect(run_dir: Path, remote: bool = False) -> dict[str, Any]:
     Returns the status (as ``status``), the output files (full paths) and the archive's path.
     """
     status = cmd_status(run_dir, remote)
+    # the trainer has ended (collect follows stop or success): its GPUs must be idle and healthy; on a login
+    # host (remote) the GPUs are another host's
+    gpu_after = None if remote or not status.get("run_id") else mift_gpu.after_check(run_dir)
     output_dir = Path(status["output_dir"])
     outputs = sorted(str(p) for p in output_dir.rglob("*") if p.is_file()) if output_dir.is_dir() else []
     archive = run_dir / COLLECT_ARCHIVE
@@ -908,7 +937,7 @@ def cmd_collect(run_dir: Path, remote: bool = False) -> dict[str, Any]:
             tar.add(path, arcname=path.name)
     tmp.chmod(0o600)
     tmp.replace(archive)
-    return {"ok": True, "status": status, "outputs": outputs, "archive": str(archive)}
+    return {"ok": True, "status": status, "outputs": outputs, "archive": str(archive), "gpu_after": gpu_after}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -273,6 +273,8 @@ def build_plan(
                 # the checkpoint the trainer resumes from ("last": LLaMA-Factory picks output_dir's last one)
                 "resume_from": train.get("resume_from_checkpoint")
                 or ("last" if spec.resume is True else None),
+                # GPU sampling period of the node agent (0: off); docs/launcher.md "GPU telemetry"
+                "telemetry_period_s": spec.telemetry.period_s,
             }
         )
         for rank, host in enumerate(facts.hosts)
