@@ -12,7 +12,7 @@ and memory: ``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cl
 install --target`` folder has), and the node's fabric facts (``net``: the interfaces and their addresses
 from ``ip -j addr``, the RDMA ports from ``/sys/class/infiniband``, the boot id; read by
 ``launcher.fabric``). With ``--gpu-tools`` (``launcher check``) it also hands back what ``amd-smi`` prints
-(firmware, xgmi, metric). The versions and torch are asked in parallel. Never fails: the controller decides
+(firmware, ECC and PCIe). The versions and torch are asked in parallel. Never fails: the controller decides
 what the answers mean.
 
     python3 - RUN_DIR [--path OUTPUT_DIR] [--port PORT] [--venv VENV] [--checkpoints DIR] [--require JSON]
@@ -231,8 +231,7 @@ def net_facts() -> dict[str, Any]:
 # what `launcher check` reads from amd-smi (parsed on the controller: launcher.fabric.parsers)
 GPU_TOOL_COMMANDS = {
     "amd_smi_firmware": ["amd-smi", "firmware"],
-    "amd_smi_xgmi": ["amd-smi", "xgmi"],
-    "amd_smi_metric": ["amd-smi", "metric"],
+    "amd_smi_metric": ["amd-smi", "metric", "--ecc", "--pcie"],
 }
 
 
