@@ -60,8 +60,8 @@ def gpu_lines(host: str, tools: Mapping[str, Any], rocm_release: str | None, out
         bad = (ecc["uncorrectable"] or 0) + (ecc["deferred"] or 0)
         if bad > ECC_UNCORRECTABLE_MAX:
             out.bad.append(
-                f"{host}: GPU {gpu}: {ecc['uncorrectable'] or 0} uncorrectable, {ecc['deferred'] or 0} deferred "
-                "ECC errors (amd-smi metric)"
+                f"{host}: GPU {gpu}: {ecc['uncorrectable'] or 0} uncorrectable, "
+                f"{ecc['deferred'] or 0} deferred ECC errors (amd-smi metric)"
             )
         pcie = gpu_pcie(tree)
         width, speed = pcie["width"], pcie["speed_gts"]
