@@ -17,11 +17,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = subparsers.add_parser(
         "check",
-        help="accept the job's nodes and links (fabric env, RDMA ports, GPUs, all-reduce bandwidth per pair)",
-        description="Probe every node of the job (read-only), derive its NCCL/Gloo environment, judge its RDMA "
-        "ports, GID index, ECC, PCIe and firmware, then measure the all-reduce bandwidth of every pair of nodes "
-        "and of the ring (gloo). One table of links, slow ones flagged, one line per bad node or link. Links "
-        "are cached per boot and node set. Exit code: 0 passed, 1 something is bad, 2 bad input.",
+        help="accept the job's nodes and links (fabric env, RDMA ports, GPUs, all-reduce per pair)",
+        description=(
+            "Probe every node of the job (read-only), derive its NCCL/Gloo environment, judge its RDMA "
+            "ports, GID index, ECC, PCIe and firmware, then measure the all-reduce bandwidth of each pair "
+            "of nodes and of the ring (gloo). One table of links, slow ones flagged, one line per bad node "
+            "or link. Links are cached per boot and node set. Exit code: 0 passed, 1 something is bad, 2 "
+            "bad input."
+        ),
     )
     p.add_argument("job", type=Path, help="job spec (its hosts, env and fabric policy)")
     p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory")
@@ -30,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--min-gbs",
         type=float,
         default=links.MIN_GBS,
-        help=f"a link below this bus bandwidth (GB/s) is slow whatever the others do (default {links.MIN_GBS})",
+        help=f"a link below this bus bandwidth (GB/s) is slow whatever the others do ({links.MIN_GBS})",
     )
     p.add_argument(
         "--size-mb", type=float, default=links.SIZE_MB, help=f"MiB per all-reduce (default {links.SIZE_MB:g})"
