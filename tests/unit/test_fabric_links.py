@@ -103,7 +103,7 @@ def test_the_cache_is_per_boot_and_node_set(tmp_path: Path, monkeypatch: pytest.
     assert swapped != key
 
 
-def _predicted(accelerator: Any) -> float:  # noqa: ANN401 - an Accelerator
+def _predicted(accelerator: Any) -> float:
     shape = ModelShape(  # Llama-3-70B
         hidden=8192,
         intermediate=28672,
