@@ -72,6 +72,18 @@ def test_an_interface_missing_on_host3_is_refused_before_anything_starts(cluster
     assert not any(cluster.trainer_processes().values())
 
 
+def test_rdma_expected_but_absent_fails_or_warns_by_policy(cluster: Cluster) -> None:
+    job = cluster.job("fabric-rdma", fabric={"transport": "rdma"})
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory))
+    print(f"$ python -m launcher run {job.name} (fabric.transport: rdma)\n{out.stdout}{out.stderr}")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip().splitlines()[-1] == (
+        "error: host1: collectives would fall back to TCP sockets where RDMA is expected (fabric.transport: "
+        "rdma): no RDMA device (/sys/class/infiniband is empty); provision the RDMA user space or set "
+        "fabric.socket_fallback: warn (or fabric.transport: socket); nothing was started"
+    )
+
+
 def test_the_trainer_sees_the_derived_environment(cluster: Cluster) -> None:
     proc, log = cluster.start(
         "run", str(cluster.job("fabric-env", max_steps=2000)), "-i", str(cluster.inventory)
