@@ -85,9 +85,9 @@ def test_rdma_expected_but_absent_fails_or_warns_by_policy(cluster: Cluster) -> 
 
 
 def test_the_trainer_sees_the_derived_environment(cluster: Cluster) -> None:
-    proc, log = cluster.start(
-        "run", str(cluster.job("fabric-env", max_steps=2000)), "-i", str(cluster.inventory)
-    )
+    """With ``fabric.socket_fallback: warn`` the same job runs, one warning line, sockets on every node."""
+    job = cluster.job("fabric-env", max_steps=2000, fabric={"transport": "rdma", "socket_fallback": "warn"})
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     try:
         run_id = cluster.wait_step(cluster.run_id_of("fabric-env"), proc)
         for host in cluster.hosts:
@@ -95,18 +95,23 @@ def test_the_trainer_sees_the_derived_environment(cluster: Cluster) -> None:
             environ = cluster.ssh(host, f"tr '\\0' '\\n' < /proc/{pid}/environ")
             seen = dict(line.split("=", 1) for line in environ.splitlines() if "=" in line)
             fabric = {k: seen[k] for k in FABRIC_VARS if k in seen}
-            print(f"host{host}: llamafactory-cli pid {pid} (run {run_id}): {fabric}")
-            iface = cluster.ssh(
-                host, f"ip -o -4 addr show | awk '$4 ~ /^{cluster.rig.ip(host)}\\// {{print $2}}'"
-            )
+            print(f"host{host}: llamafactory-cli pid {pid} (run {run_id}) /proc/{pid}/environ: {fabric}")
+            addr = cluster.rig.ip(host)
+            iface = cluster.ssh(host, f"ip -o -4 addr show | awk '$4 ~ /^{addr}\\// {{print $2}}'").strip()
             assert fabric == {
-                "NCCL_SOCKET_IFNAME": iface.strip(),
-                "GLOO_SOCKET_IFNAME": iface.strip(),
+                "NCCL_SOCKET_IFNAME": iface,
+                "GLOO_SOCKET_IFNAME": iface,
                 "NCCL_IB_DISABLE": "1",
             }
         cluster.run("stop", run_id)
     finally:
-        finish(proc, log)
+        output = finish(proc, log)
+    print(output)
+    assert (
+        "warning: host1: collectives would fall back to TCP sockets where RDMA is expected "
+        "(fabric.transport: rdma): no RDMA device (/sys/class/infiniband is empty) "
+        "(fabric.socket_fallback: warn: every node uses sockets)"
+    ) in output
     cluster.wait_no_trainers(60)
 
 
