@@ -222,7 +222,7 @@ def resolve_fabric(  # noqa: PLR0912 - one pass over the checks, each one line
                     f"{', '.join(fabric.interfaces) or 'none'}); fix env in the job spec or mift_node_env; "
                     "nothing was started"
                 )
-        if fabric.interface is None and not all(v in given for v in SOCKET_IFNAME_VARS):
+        if len(hosts) > 1 and fabric.interface is None and not all(v in given for v in SOCKET_IFNAME_VARS):
             warnings.append(
                 f"{host}: no interface carries train_address {train_address[host]}: "
                 f"{'/'.join(SOCKET_IFNAME_VARS)} not derived (set them in the job spec's env)"
