@@ -153,3 +153,14 @@ def test_roce_v2_index_prefers_an_ipv4_mapped_gid() -> None:
     assert roce_v2_index(gids) == 3
     assert roce_v2_index(gids[:1]) == 1
     assert roce_v2_index([]) is None
+
+
+def test_no_interface_carrying_train_address_is_one_warning_on_multi_node_jobs() -> None:
+    names = {**ADDR, "host2": "node2.example"}  # an inventory name, not an address of the node
+    plan = resolve_fabric(HOSTS, names, probes(), {}, FabricOptions())
+    assert plan.warnings == (
+        "host2: no interface carries train_address node2.example: NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME not "
+        "derived (set them in the job spec's env)",
+    )
+    assert "NCCL_SOCKET_IFNAME" not in plan.envs["host2"]
+    assert resolve_fabric(["host2"], names, probes(), {}, FabricOptions()).warnings == ()
