@@ -2,10 +2,11 @@
 
 The hosts start from the provisioned host image (``mift_testsupport.image``). Each host's interface is real (a
 veth in its network namespace); RDMA is absent, so the derived environment says sockets.
+(The extra interface below is a veth pair: this kernel has no dummy module.)
 
 Shows (run with ``-s``, the outputs are printed):
 
-- an interface name that exists on host1 and host2 (a dummy ``fab0`` added there) but not on host3 is refused
+- an interface name that exists on host1 and host2 (a veth ``fab0`` added there) but not on host3 is refused
   in one line naming host3, before anything starts (no run folder, no trainer on any host);
 - the derived environment as each node's trainer saw it: ``/proc/<pid>/environ`` of ``llamafactory-cli``;
 - ``launcher check`` with host2's link rate-limited (``tc qdisc ... tbf rate 50mbit`` on host2's veth, the
@@ -58,7 +59,12 @@ def _netns(cluster: Cluster, host: int, command: str) -> None:
 
 def test_an_interface_missing_on_host3_is_refused_before_anything_starts(cluster: Cluster) -> None:
     for host in (1, 2):
-        _netns(cluster, host, "ip link add fab0 type dummy 2>/dev/null || true; ip link set fab0 up")
+        _netns(
+            cluster,
+            host,
+            "ip link show fab0 >/dev/null 2>&1 || ip link add fab0 type veth peer name fab0p; "
+            "ip link set fab0 up",
+        )
     before = {h: cluster.ssh(h, "ls /var/lib/mift/runs 2>/dev/null || true") for h in cluster.hosts}
     job = cluster.job("fabric-noif", env={"NCCL_SOCKET_IFNAME": "fab0"})
     out = cluster.run("run", str(job), "-i", str(cluster.inventory))
