@@ -179,6 +179,19 @@ class Staging(_Strict):
         ]
 
 
+class FabricOptions(_Strict):
+    """Which transport the job's collectives should use between nodes, and what a fall-back to sockets does.
+
+    ``transport``: ``auto`` expects RDMA when some node has an active RDMA port or the job's env names
+    ``NCCL_IB_HCA``; ``rdma`` always; ``socket`` never. ``socket_fallback``: a multi-node job whose transport
+    is sockets where RDMA is expected is refused (``fail``) or runs with one warning line (``warn``).
+    (launcher.fabric.env; docs/launcher.md "Fabric".)
+    """
+
+    transport: Literal["auto", "rdma", "socket"] = "auto"
+    socket_fallback: Literal["fail", "warn"] = "fail"
+
+
 class JobSpec(_Strict):
     """A multi-node LLaMA-Factory training job."""
 
@@ -215,6 +228,7 @@ class JobSpec(_Strict):
     watchdog: WatchdogOptions = Field(default_factory=WatchdogOptions)
     # the model and dataset folders every node gets, verified, before the start (docs/launcher.md "Staging")
     stage: Staging = Field(default_factory=Staging)
+    fabric: FabricOptions = Field(default_factory=FabricOptions)
 
     @field_validator("env")
     @classmethod

@@ -166,18 +166,21 @@ def render_node_env(
     nproc_per_node: int,
     run_id: str,
     node_env: Mapping[str, Mapping[str, object]] | None = None,
+    fabric_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, dict[str, str]]:
     """Return host -> environment for the trainer (values in clear; mask before recording).
 
-    ``node_env`` is each host's environment from provisioning (:func:`provisioned_env`) under its inventory
-    ``mift_node_env`` (e.g. PYTHONPATH of a ``pip --target`` stack); the job spec's ``env`` wins over it, the
-    launcher's rendezvous variables over both.
+    ``fabric_env`` is each host's NCCL/Gloo variables derived from its facts (:mod:`launcher.fabric.env`);
+    ``node_env`` each host's environment from provisioning (:func:`provisioned_env`) under its inventory
+    ``mift_node_env`` (e.g. PYTHONPATH of a ``pip --target`` stack) wins over it; the job spec's ``env`` wins
+    over both, the launcher's rendezvous variables over all.
     """
     extra = {**OFFLINE_ENV, **spec.env_strings()}
     out: dict[str, dict[str, str]] = {}
     for rank, host in enumerate(hosts):
         inventory_env = {str(k): str(v) for k, v in ((node_env or {}).get(host) or {}).items()}
         out[host] = {
+            **dict((fabric_env or {}).get(host) or {}),
             **inventory_env,
             **extra,
             "NNODES": str(len(hosts)),

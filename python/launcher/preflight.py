@@ -247,6 +247,7 @@ def run_preflight(
     output_dir: str | None = None,
     checkpoints_of: str | None = None,
     requires: Sequence[NodePath] = (),
+    probe_args: Sequence[str] = (),
 ) -> NodeFacts:
     """Run the preflight playbook (read-only on the nodes) and check its facts; errors name the host.
 
@@ -257,6 +258,7 @@ def run_preflight(
         output_dir: the node output_dir when it is not the spec's (``run --resume``).
         checkpoints_of: a node path whose ``checkpoint-N`` folders are listed (``run --resume``).
         requires: the folders every node must hold (:func:`node_paths`), checked by the same probe.
+        probe_args: more arguments for the probe (``--gpu-tools``: ``launcher check``).
     """
     extravars: dict[str, Any] = {
         "mift_hosts": spec.host_pattern,
@@ -271,6 +273,8 @@ def run_preflight(
         extravars["mift_checkpoints_of"] = checkpoints_of
     if requires:
         extravars["mift_require"] = [r.as_extravar() for r in requires]
+    if probe_args:
+        extravars["mift_probe_extra_args"] = list(probe_args)
     torch_answers = TorchAnswers()  # torch is asked again only where what it depends on changed
     extravars["mift_torch_known"] = torch_answers.known()
     result = runner.run("preflight", extravars)
