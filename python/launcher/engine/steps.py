@@ -33,7 +33,7 @@ from launcher.jobspec import mask_env
 from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
 from launcher.runs import RunDir, new_run_id
-from launcher.staging import stage, stage_items, write_manifests
+from launcher.staging import YAML_KEYS, stage, stage_items, write_manifests
 from launcher.watchdog import ProgressWatch, Schedule
 
 if TYPE_CHECKING:
@@ -141,9 +141,15 @@ def _checkpoints_of(spec: JobSpec, run_id: str, resume: ResumeFrom | None) -> st
 
 
 def _node_paths(job: LoadedJob, resume: ResumeFrom | None) -> list[NodePath]:
-    """The folders every node must hold before the start (model, named resume checkpoint, dataset)."""
+    """The folders every node must hold before the start (model, named resume checkpoint, dataset); a folder
+    the job stages is not among them: staging, after preflight, puts it there and verifies it file by file."""
     deepspeed = None if job.deepspeed_from == "auto" else job.deepspeed is not None
-    return node_paths(job.train.data, job.spec, deepspeed=deepspeed, resume_run=resume is not None)
+    staged = {YAML_KEYS[item.key] for item in stage_items(job)}
+    return [
+        path
+        for path in node_paths(job.train.data, job.spec, deepspeed=deepspeed, resume_run=resume is not None)
+        if path.what not in staged
+    ]
 
 
 def run_job(
