@@ -44,7 +44,15 @@ def lab(tmp_path: Path) -> dict[str, Path]:
     # the validator maps node paths (/opt/mift/data/...) through a configs/{train,data} layout
     (tmp_path / "configs" / "train").mkdir(parents=True)
     (tmp_path / "configs" / "data").symlink_to(REPO / "configs" / "data")
+    # the loopback "nodes" are this machine: the folders preflight requires on every node are made here (a
+    # model folder of empty files: the fake trainer opens nothing), the dataset folder is the repo's
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (model / name).write_text("")
     train = (REPO / "configs" / "train" / "tiny_cpu_lora_sft.yaml").read_text()
+    train = train.replace("/opt/mift/models/tiny-llama", str(model))
+    train = train.replace("/opt/mift/data/tiny_alpaca", str(REPO / "configs" / "data" / "tiny_alpaca"))
     (tmp_path / "configs" / "train" / "train.yaml").write_text(train)
     (tmp_path / "runs").mkdir()
     return {"root": tmp_path, "inventory": tmp_path / "hosts.yml", "runs": tmp_path / "runs"}
