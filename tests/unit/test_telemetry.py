@@ -22,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -286,6 +287,25 @@ def test_hanging_tool_turns_sampling_off_with_one_warning(double: Path, tmp_path
     )
     assert not (tmp_path / g.TELEMETRY_FILE).exists()
     assert g.after_check(tmp_path, proc_root=tmp_path / "noproc")["checked"] == ["processes"]
+
+
+def test_stop_during_a_call_is_not_a_tool_failure(double: Path, tmp_path: Path) -> None:
+    """The CI failure of stop 33: the run ended while a sample was in flight; stop() killed the call (exit
+    status -9) and the sampler reported that as the tool failing. A call that stop() kills warns nothing."""
+    double.write_text("hang\n")
+    sampler = g.Sampler(tmp_path, 30, _tool(timeout_s=30.0))
+    sampler.baseline = []
+    caller = threading.Thread(target=sampler.sample_once)
+    caller.start()
+    deadline = time.monotonic() + 10
+    while sampler.tool is not None and sampler.tool.proc is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sampler.tool is not None and sampler.tool.proc is not None, "the call never started"
+    sampler.stop()
+    caller.join(timeout=10)
+    assert not caller.is_alive()
+    assert sampler.state.get("warning") is None
+    assert g.status_fields(tmp_path).get("telemetry_warning") is None
 
 
 def test_sampler_off_and_absent_tool(tmp_path: Path) -> None:

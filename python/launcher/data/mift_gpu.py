@@ -437,6 +437,8 @@ class Sampler:
         _write_json(self.run_dir / TELEMETRY_STATE, {**self.state, "fault": self.fault or None})
 
     def _failed(self, err: ToolError) -> None:
+        if self._stop.is_set():  # stop() killed the call in flight: the run ended, the tool did not fail
+            return
         if err.missing:
             self.state["unavailable"] = str(err)
             self.tool = None
