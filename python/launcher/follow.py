@@ -7,11 +7,13 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 from launcher.job import Verdict
+from launcher.telemetry import WarningOnce
 
 if TYPE_CHECKING:
     import threading
 
     from launcher.job import Job
+    from launcher.watchdog import ProgressWatch
 
 COLUMNS = ("HOST", "RANK", "STATE", "STEP", "LOSS", "TOK/S", "ELAPSED", "ETA")
 
@@ -89,14 +91,17 @@ def follow(
     poll_interval_s: float,
     job_timeout_s: int = 0,
     out: IO[str] | None = None,
+    watch: ProgressWatch | None = None,
 ) -> tuple[Verdict, dict[str, dict[str, Any]]]:
-    """Poll until the job ends, fails or is interrupted; return the verdict and the last node states.
+    """Poll until the job ends, fails, stalls (``watch``: the progress watchdog) or is interrupted; return the
+    verdict and the last node states.
 
     Stopping and collecting is left to the caller, which owns the run record.
     """
     view = LiveView(job.run.run_id, out)
     started = time.monotonic()
     nodes: dict[str, dict[str, Any]] = {}
+    telemetry_warnings = WarningOnce()
     while True:
         if interrupted.is_set():
             return Verdict("stopped", "interrupted (Ctrl-C)"), nodes
@@ -107,9 +112,15 @@ def follow(
         nodes = polled
         verdict = job.judge(nodes)
         view.show(job.hosts, nodes, verdict)
+        for line in telemetry_warnings.new_lines(nodes):
+            print(line, file=view.out, flush=True)
         job.run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
         if verdict.state != "running":
             return verdict, nodes
+        stall = watch.observe(nodes, time.monotonic()) if watch is not None else None
+        if stall is not None:
+            job.run.update(stall=stall.as_dict())
+            return Verdict("stalled", stall.reason), nodes
         if job_timeout_s and time.monotonic() - started > job_timeout_s:
             return Verdict("failed", f"job_s timeout of {job_timeout_s} s reached"), nodes
         interrupted.wait(max(0.0, poll_interval_s - (time.monotonic() - t0)))

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.metrics import Summary, read_jsonl, summarize, write_metrics
-from launcher.plot import plot_loss
+from launcher.plot import plot_gpus, plot_loss
 from launcher.runner import PlaybookResult, PlaybookRunner
 from launcher.runs import FINAL_STATES, RunDir
+from launcher.telemetry import after_fields, first_gpu_fault, gpu_series
 
 RUNNING = ("starting", "running")
 UNREACHABLE_LIMIT = 3  # consecutive polls without an answer before a node counts as vanished
@@ -51,13 +52,15 @@ class Judge:
     missed_polls: dict[str, int] = field(default_factory=dict)
     first_missed: dict[str, float] = field(default_factory=dict)
 
-    def __call__(  # noqa: PLR0911 - one return per way a job ends
+    def __call__(  # noqa: PLR0911, PLR0912 - one return per way a job ends
         self, nodes: dict[str, dict[str, Any]], now: float | None = None
     ) -> Verdict:
         """Return the verdict for this poll's node states (host -> agent status)."""
         now = time.monotonic() if now is None else now
         master = nodes.get(self.hosts[0], {})
         master_done = bool(master.get("outputs_complete"))
+        if fault := first_gpu_fault(self.hosts, nodes):  # a broken GPU fails the run as a dead trainer does
+            return Verdict("failed", fault)
         settled: list[str] = []
         for host in self.hosts:
             node = nodes.get(host, {"state": "unreachable"})
@@ -121,6 +124,8 @@ class Job:
 
         self.backend = backend_of(self.record)
         self.judge = self.backend.judge(self)
+        # the progress watchdog saw a stall: the stop dumps every trainer's stacks first (ssh backend)
+        self.dump_stacks_on_stop = False
 
     @property
     def base_vars(self) -> dict[str, Any]:
@@ -148,9 +153,10 @@ class Job:
 
     def stop_nodes(self) -> PlaybookResult:
         """Stop the trainer on every node through its agent (not interruptible); return the result."""
-        return self.runner.run(
-            "stop", {**self.base_vars, "mift_stop_grace_s": self.stop_grace_s}, cancellable=False, timeout=120
-        )
+        stop_vars = {**self.base_vars, "mift_stop_grace_s": self.stop_grace_s}
+        if self.dump_stacks_on_stop:
+            stop_vars["mift_stop_dump"] = True
+        return self.runner.run("stop", stop_vars, cancellable=False, timeout=180)
 
     def collect(self) -> PlaybookResult:
         """Fetch node logs, state and metrics into ``nodes/<host>/`` through the run's backend (not
@@ -197,6 +203,11 @@ class Job:
         summary = summarize(log, results if isinstance(results, dict) else {})
         write_metrics(log, self.run.path / "metrics.jsonl")
         plotted = plot_loss(summary.losses, self.run.path / "loss.png", f"{self.run.run_id} ({state})")
+        gpu_plot = plot_gpus(
+            gpu_series(self.run.nodes_dir, self.hosts),
+            self.run.path / "gpu.png",
+            f"{self.run.run_id} ({state})",
+        )
         adapters = {
             h: str(Path(files[0]).parent)
             for h, files in (
@@ -206,18 +217,21 @@ class Job:
             if files
         }
         notes = settled_notes(final_nodes) if state == "succeeded" else []
+        gpu_after, gpu_notes = after_fields(collected, self.hosts)  # GPUs idle and healthy after the run
         self.run.update(
             nodes={h: _brief(n) for h, n in final_nodes.items()},
             summary={
                 **summary.as_dict(),
                 "loss_png": plotted,
+                "gpu_png": gpu_plot,
                 "adapter_dirs": adapters,
-                "notes": notes,
+                "notes": notes + gpu_notes,
                 "world_size": _world_size(final_nodes),
             },
             outputs=outputs,
             result_reason=reason,
             collect_rc=collected.rc,
+            gpu_after=gpu_after,
         )
         self.run.set_status(state, reason)
         return summary

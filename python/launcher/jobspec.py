@@ -19,6 +19,7 @@ from launcher import recovery
 from launcher.exceptions import ConfigurationError
 from launcher.problems import Problem
 from launcher.validation.loading import decode_text, load_yaml_text, read_config_bytes
+from launcher.watchdog import WatchdogOptions
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -80,6 +81,21 @@ class RecoveryPolicy(_Strict):
         return self.max_restarts > 0 and bool(self.retry_on)
 
 
+class Telemetry(_Strict):
+    """GPU telemetry on every node while the trainer runs (docs/launcher.md "GPU telemetry")."""
+
+    # seconds between two samples of amd-smi / nvidia-smi on a node; 0: off. 30 s costs one tool call (about
+    # a second of one CPU core) per half minute per node
+    period_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
+
+    @field_validator("period_s")
+    @classmethod
+    def _not_too_fast(cls, value: float) -> float:
+        if 0 < value < 1:
+            raise ValueError("must be 0 (off) or at least 1 second")
+        return value
+
+
 SLURM_NAME_RE = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
 # Slurm's --time formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
 SLURM_TIME_RE = r"^(?:\d+|\d+:\d{2}|\d+:\d{2}:\d{2}|\d+-\d+|\d+-\d+:\d{2}|\d+-\d+:\d{2}:\d{2})$"
@@ -121,6 +137,94 @@ class SlurmOptions(_Strict):
         return self.shared_dir is not None
 
 
+HF_REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)?$"
+HF_REVISION_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+
+
+class StageSource(_Strict):
+    """Where one staged folder comes from: exactly one of ``controller``, ``shared``, ``hf_cache``
+    (docs/launcher.md "Staging")."""
+
+    # a folder on the controller, relative to the job spec: copied to every node
+    controller: Path | None = None
+    # a folder every node already sees (a shared file system), the training YAML's own path: verified in place
+    shared: str | None = None
+    # a Hugging Face repo id in the controller's Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub or
+    # ~/.cache/huggingface/hub): its snapshot of ``revision`` is copied to every node
+    hf_cache: Annotated[str, Field(pattern=HF_REPO_RE)] | None = None
+    revision: Annotated[str, Field(pattern=HF_REVISION_RE)] | None = None  # with hf_cache; None: main
+
+    @field_validator("shared")
+    @classmethod
+    def _shared_absolute(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or ".." in PurePosixPath(value).parts):
+            raise ValueError("must be an absolute node path")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StageSource:
+        given = [k for k in ("controller", "shared", "hf_cache") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "name exactly one source: controller (a folder here), shared (a folder the nodes already "
+                f"see) or hf_cache (a repo id in the Hugging Face cache); got {', '.join(given) or 'none'}"
+            )
+        if self.revision is not None and self.hf_cache is None:
+            raise ValueError("revision goes with hf_cache only")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """``controller``, ``shared`` or ``hf_cache``."""
+        return next(k for k in ("controller", "shared", "hf_cache") if getattr(self, k) is not None)
+
+
+class Staging(_Strict):
+    """The folders the launcher puts on every node, verified, before the trainers start."""
+
+    # to the training YAML's model_name_or_path
+    model: StageSource | None = None
+    # to the training YAML's dataset_dir (dataset_info.json and the data files it names)
+    dataset_dir: StageSource | None = None
+    # where the nodes keep their hash cache of staged files (node path)
+    node_cache: str = "/var/lib/mift/stage-hashes.json"
+
+    @model_validator(mode="after")
+    def _dataset_not_hub(self) -> Staging:
+        if self.dataset_dir is not None and self.dataset_dir.hf_cache is not None:
+            raise ValueError(
+                "dataset_dir: hf_cache holds models here; stage a dataset folder with dataset_info.json "
+                "from the controller (controller:) or a shared folder (shared:)"
+            )
+        return self
+
+    @field_validator("node_cache")
+    @classmethod
+    def _cache_absolute(cls, value: str) -> str:
+        if not value.startswith("/") or ".." in PurePosixPath(value).parts:
+            raise ValueError("must be an absolute node path")
+        return value
+
+    def items(self) -> list[tuple[str, StageSource]]:
+        """The staged folders, by training-YAML key, in a fixed order."""
+        return [
+            (k, v) for k, v in (("model", self.model), ("dataset_dir", self.dataset_dir)) if v is not None
+        ]
+
+
+class FabricOptions(_Strict):
+    """Which transport the job's collectives should use between nodes, and what a fall-back to sockets does.
+
+    ``transport``: ``auto`` expects RDMA when some node has an active RDMA port or the job's env names
+    ``NCCL_IB_HCA``; ``rdma`` always; ``socket`` never. ``socket_fallback``: a multi-node job whose transport
+    is sockets where RDMA is expected is refused (``fail``) or runs with one warning line (``warn``).
+    (launcher.fabric.env; docs/launcher.md "Fabric".)
+    """
+
+    transport: Literal["auto", "rdma", "socket"] = "auto"
+    socket_fallback: Literal["fail", "warn"] = "fail"
+
+
 class JobSpec(_Strict):
     """A multi-node LLaMA-Factory training job."""
 
@@ -148,12 +252,18 @@ class JobSpec(_Strict):
     resume: bool | str = False
     poll_interval_s: Annotated[float, Field(ge=0.5, le=60)] = 2.0
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    telemetry: Telemetry = Field(default_factory=Telemetry)
     # None: the inventory's mift_node_venv, else /opt/mift/venv
     node_venv: str | None = None
     min_free_disk_gb: Annotated[float, Field(ge=0)] = 1.0
     slurm: SlurmOptions = Field(default_factory=SlurmOptions)
     # retries of a failed attempt, from the last checkpoint complete on every node (docs/launcher.md)
     recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
+    # the progress watchdog (launcher/watchdog.py): no optimizer step within its window -> stalled
+    watchdog: WatchdogOptions = Field(default_factory=WatchdogOptions)
+    # the model and dataset folders every node gets, verified, before the start (docs/launcher.md "Staging")
+    stage: Staging = Field(default_factory=Staging)
+    fabric: FabricOptions = Field(default_factory=FabricOptions)
 
     @field_validator("env")
     @classmethod
@@ -220,6 +330,8 @@ class JobSpec(_Strict):
             raise ValueError("plan: probe runs on the first node over ssh; not with slurm.shared_dir")
         if self.resume is not False:
             raise ValueError("resume: not supported with slurm.shared_dir (login host only) yet")
+        if self.stage.items():
+            raise ValueError("stage: the nodes are not reached with slurm.shared_dir (login host only)")
         return self
 
     @field_validator("node_venv")
@@ -369,6 +481,13 @@ def parse_job_spec(data: object, source: Path) -> JobSpec:
         updates["deepspeed"] = (base / spec.deepspeed).resolve()
     if spec.plan_model_config is not None:
         updates["plan_model_config"] = (base / spec.plan_model_config).resolve()
+    sources = {
+        key: source.model_copy(update={"controller": (base / source.controller).resolve()})
+        for key, source in spec.stage.items()
+        if source.controller is not None
+    }
+    if sources:
+        updates["stage"] = spec.stage.model_copy(update=sources)
     return spec.model_copy(update=updates)
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 LOG = logging.getLogger("launcher")
 
 # Order is the order shown in --help.
-COMMAND_MODULES = ("validate", "plan", "run", "status", "logs", "stop", "list")
+COMMAND_MODULES = ("validate", "plan", "check", "stage", "run", "status", "logs", "stop", "list")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -96,6 +96,68 @@ def provisioned_env(flash_attn_fact: Mapping[str, object] | None) -> dict[str, s
     return env
 
 
+# AMD's run-time settings for MI300X (docs/stack.md "MI300X run-time settings" gives the source of
+# each), exported on ROCm nodes under the inventory's mift_node_env and the job spec's env (both win);
+# the inventory's mift_mi300x_env changes or drops one (null or "" drops it).
+MI300X_ENV: Mapping[str, str] = {
+    # RCCL channels for end-to-end workloads on 8 MI300X (ROCm workload.rst); set only on 8-GPU nodes: RCCL's
+    # usage tips give 32 for fewer GPUs
+    "NCCL_MIN_NCHANNELS": "112",
+    "HSA_OVERRIDE_CPU_AFFINITY_DEBUG": "0",  # ROCm workload.rst
+    "TORCH_BLAS_PREFER_HIPBLASLT": "1",  # hipBLASLt before rocBLAS for torch's GEMMs (ROCm workload.rst)
+}
+MI300X_CHANNELS_GPUS = 8
+# PyTorch TunableOp (opt-in, mift_tunableop): "tune" records the fastest GEMM solutions of this node's
+# GPUs in a file kept between runs (PyTorch inserts the GPU ordinal into the name), "use" reads it
+# without tuning again.
+TUNABLEOP_MODES = ("off", "tune", "use")
+TUNABLEOP_FILE = "/var/lib/mift/tunableop/tunableop_results.csv"
+
+
+def is_rocm_node(stack: Mapping[str, object]) -> bool:
+    """Whether the node's recorded stack (``mift_stack``) is ROCm's."""
+    return stack.get("backend") == "rocm" or bool(stack.get("hip"))
+
+
+def mi300x_env(
+    host: str,
+    *,
+    stack: Mapping[str, object],
+    gpus: Mapping[str, object],
+    overrides: Mapping[str, object] | None = None,
+    tunableop: object = "",
+) -> dict[str, str]:
+    """Return AMD's MI300X run-time settings for one node ({} on a node without ROCm).
+
+    ``overrides`` is the inventory's ``mift_mi300x_env`` (a value replaces the default, null or "" drops it);
+    ``tunableop`` the inventory's ``mift_tunableop`` (off, tune, use; empty: off).
+    """
+    mode = str(tunableop or "off")
+    if mode not in TUNABLEOP_MODES:
+        raise ConfigurationError(
+            f"{host}: mift_tunableop {tunableop!r} is not one of {', '.join(TUNABLEOP_MODES)}"
+        )
+    if not isinstance(overrides or {}, dict):
+        raise ConfigurationError(f"{host}: mift_mi300x_env must be a mapping of variable -> value")
+    if not is_rocm_node(stack):
+        return {}
+    env = dict(MI300X_ENV)
+    if gpu_count(gpus) != MI300X_CHANNELS_GPUS:
+        env.pop("NCCL_MIN_NCHANNELS")
+    if mode != "off":
+        env.update(
+            PYTORCH_TUNABLEOP_ENABLED="1",
+            PYTORCH_TUNABLEOP_TUNING="1" if mode == "tune" else "0",
+            PYTORCH_TUNABLEOP_FILENAME=TUNABLEOP_FILE,
+        )
+    for name, value in (overrides or {}).items():
+        if value is None or value == "":
+            env.pop(str(name), None)
+        else:
+            env[str(name)] = str(value)
+    return env
+
+
 def render_node_env(
     spec: JobSpec,
     *,
@@ -104,18 +166,21 @@ def render_node_env(
     nproc_per_node: int,
     run_id: str,
     node_env: Mapping[str, Mapping[str, object]] | None = None,
+    fabric_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, dict[str, str]]:
     """Return host -> environment for the trainer (values in clear; mask before recording).
 
-    ``node_env`` is each host's environment from provisioning (:func:`provisioned_env`) under its inventory
-    ``mift_node_env`` (e.g. PYTHONPATH of a ``pip --target`` stack); the job spec's ``env`` wins over it, the
-    launcher's rendezvous variables over both.
+    ``fabric_env`` is each host's NCCL/Gloo variables derived from its facts (:mod:`launcher.fabric.env`);
+    ``node_env`` each host's environment from provisioning (:func:`provisioned_env`) under its inventory
+    ``mift_node_env`` (e.g. PYTHONPATH of a ``pip --target`` stack) wins over it; the job spec's ``env`` wins
+    over both, the launcher's rendezvous variables over all.
     """
     extra = {**OFFLINE_ENV, **spec.env_strings()}
     out: dict[str, dict[str, str]] = {}
     for rank, host in enumerate(hosts):
         inventory_env = {str(k): str(v) for k, v in ((node_env or {}).get(host) or {}).items()}
         out[host] = {
+            **dict((fabric_env or {}).get(host) or {}),
             **inventory_env,
             **extra,
             "NNODES": str(len(hosts)),

@@ -11,7 +11,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError, JobFailedError
-from launcher.nodeenv import provisioned_env, resolve_nproc
+from launcher.nodeenv import mi300x_env, provisioned_env, resolve_nproc
 from launcher.problems import Problem
 from launcher.torch_answers import TorchAnswers
 from launcher.torchinfo import cuda_hosts, cuda_note, torch_gpu_mem_gib, torch_stack
@@ -247,6 +247,7 @@ def run_preflight(
     output_dir: str | None = None,
     checkpoints_of: str | None = None,
     requires: Sequence[NodePath] = (),
+    probe_args: Sequence[str] = (),
 ) -> NodeFacts:
     """Run the preflight playbook (read-only on the nodes) and check its facts; errors name the host.
 
@@ -257,6 +258,7 @@ def run_preflight(
         output_dir: the node output_dir when it is not the spec's (``run --resume``).
         checkpoints_of: a node path whose ``checkpoint-N`` folders are listed (``run --resume``).
         requires: the folders every node must hold (:func:`node_paths`), checked by the same probe.
+        probe_args: more arguments for the probe (``--gpu-tools``: ``launcher check``).
     """
     extravars: dict[str, Any] = {
         "mift_hosts": spec.host_pattern,
@@ -271,6 +273,8 @@ def run_preflight(
         extravars["mift_checkpoints_of"] = checkpoints_of
     if requires:
         extravars["mift_require"] = [r.as_extravar() for r in requires]
+    if probe_args:
+        extravars["mift_probe_extra_args"] = list(probe_args)
     torch_answers = TorchAnswers()  # torch is asked again only where what it depends on changed
     extravars["mift_torch_known"] = torch_answers.known()
     result = runner.run("preflight", extravars)
@@ -294,9 +298,20 @@ def run_preflight(
         gpus={h: reports[h].get("gpus") or {} for h in hosts},
         probe={h: reports[h].get("probe") or {} for h in hosts},
         torch=torch_answers.resolve({h: reports[h].get("torch") or {} for h in hosts}),
-        # provisioning's runtime env (flash-attn's Triton switch) under the inventory's mift_node_env
+        # provisioning's runtime env (flash-attn's Triton switch) and AMD's MI300X settings on ROCm
+        # nodes, under the inventory's mift_node_env
         node_env={
-            h: {**provisioned_env(reports[h].get("flash_attn")), **(reports[h].get("node_env") or {})}
+            h: {
+                **provisioned_env(reports[h].get("flash_attn")),
+                **mi300x_env(
+                    h,
+                    stack=reports[h].get("stack") or {},
+                    gpus=reports[h].get("gpus") or {},
+                    overrides=reports[h].get("mi300x_env"),
+                    tunableop=reports[h].get("tunableop"),
+                ),
+                **(reports[h].get("node_env") or {}),
+            }
             for h in hosts
         },
     )

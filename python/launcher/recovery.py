@@ -11,9 +11,10 @@ Failure kinds (``FAILURE_KINDS``):
   gone (``trainer vanished``): a reboot, a network cut, a dead host.
 * ``trainer_signal`` -- a trainer process was killed by a signal: the trainer's exit status is negative or
   128+N, or torchrun reports a rank's ``exitcode : -N`` / ``Signal N (SIGx) received``.
-* ``gpu_error`` -- the trainer log shows a GPU or collective error (``HIP error``, ``CUDA error``,
-  ``hipError*``, ``NCCL``/``RCCL error``, an ECC error).
-* ``stall`` -- the run stopped making progress (a verdict whose reason says ``stalled``: the watchdog).
+* ``gpu_error`` -- the node's GPU telemetry saw a GPU break (``gpu_fault``: an uncorrectable ECC count above
+  the baseline's, a GPU gone), or the trainer log shows a GPU or collective error (``HIP error``, ``CUDA
+  error``, ``hipError*``, ``NCCL``/``RCCL error``, an ECC error).
+* ``stall`` -- the progress watchdog ended the attempt ``stalled`` (:func:`stall_failure`).
 * ``oom`` -- out of memory: never retried as is (the same plan would run out again).
 * ``trainer_error`` -- the trainer exited non-zero by itself (a Python error: a bug, a bad path).
 * ``start_failed`` -- the launch playbook failed on a node.
@@ -98,11 +99,13 @@ def _node_text(node: Mapping[str, Any]) -> str:
     return f"{text}\n{node.get('log_tail') or ''}\n{node.get('reason') or ''}"
 
 
-def _node_kind(node: Mapping[str, Any]) -> str | None:
+def _node_kind(node: Mapping[str, Any]) -> str | None:  # noqa: PLR0911 - one return per kind
     """Return the failure kind one node's status shows, or None when it did not fail."""
     state = node.get("state")
     if state in ("unreachable", "vanished", "absent"):
         return "node_lost"
+    if node.get("gpu_fault"):  # the supervisor stopped the trainer: a GPU broke (launcher.telemetry)
+        return "gpu_error"
     if state != "failed":
         return None
     text = _node_text(node)
@@ -132,8 +135,6 @@ def classify(  # noqa: PLR0911 - one return per kind the judge's line names
     """
     match = _HOST_REASON_RE.match(reason)
     host, what = (match.group(1), match.group(2)) if match else ("", reason)
-    if "stalled" in reason.lower():
-        return Failure("stall", host, reason)
     if reason.startswith("job_s timeout"):
         return Failure("timeout", "", reason)
     if "start failed" in what or reason == "launch playbook failed":
@@ -154,6 +155,12 @@ def classify(  # noqa: PLR0911 - one return per kind the judge's line names
         code = int(rc.group(1)) if rc else 1
         return Failure("trainer_signal" if _signalled(code) else "trainer_error", host, reason)
     return Failure("trainer_error", host, reason)
+
+
+def stall_failure(reason: str, lagging: Sequence[str]) -> Failure:
+    """Return the failure behind a ``stalled`` verdict (the progress watchdog): blamed on the one lagging
+    node, else on none (every node at the same step: the stack dumps tell)."""
+    return Failure("stall", lagging[0] if len(lagging) == 1 else "", reason)
 
 
 class PolicyLike(Protocol):

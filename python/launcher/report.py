@@ -7,6 +7,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from launcher.engine.attempts import attempt_lines
 from launcher.follow import render_table
+from launcher.telemetry import gpu_lines
 
 if TYPE_CHECKING:
     from launcher.runs import RunDir
@@ -46,10 +47,28 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     for host, path in (summary.get("adapter_dirs") or {}).items():
         lines.append(f"  adapter     {host}:{path}")
     lines.extend(f"  note        {note}" for note in summary.get("notes") or [])
+    lines.extend(stall_lines(record, run))
     if summary.get("loss_png"):
         lines.append(f"  loss plot   {run.path / 'loss.png'}")
+    if summary.get("gpu_png"):
+        lines.append(f"  GPU plot    {run.path / 'gpu.png'}")
     lines.append(f"  run dir     {run.path}  (node logs in nodes/<host>/trainer.log)")
     return lines
+
+
+def stall_lines(record: dict[str, Any], run: RunDir) -> list[str]:
+    """Return what the progress watchdog saw of a stalled run: window, lagging nodes, the stack dumps."""
+    stall = record.get("stall")
+    if not isinstance(stall, dict):
+        return []
+    lagging = ", ".join(stall.get("lagging") or []) or "none named"
+    stacks = sorted(p.relative_to(run.path).as_posix() for p in run.nodes_dir.glob("*/stack-*.txt"))
+    return [
+        f"  stall       no progress for {_num(stall.get('since_progress_s'), '.0f')} s, window "
+        f"{_num(stall.get('window_s'), '.0f')} s ({stall.get('window_why', '-')})",
+        f"  lagging     {lagging}: {stall.get('lag_why', '-')}",
+        f"  stacks      {len(stacks)} file(s): {', '.join(stacks) if stacks else 'none collected'}",
+    ]
 
 
 def print_summary(run: RunDir, out: IO[str]) -> None:
@@ -72,12 +91,33 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
             f"(partition {slurm.get('partition', '?')}, login host {slurm.get('login_host', '?')}"
             + (f", run folder {slurm['run_root']})" if slurm.get("run_root") else ")")
         )
+    lines.extend(staging_lines(record))
     hosts = record.get("hosts") or []
     nodes = record.get("nodes") or {}
     if hosts:
         lines.extend("  " + line for line in render_table(hosts, nodes))
+        lines.extend("  " + line for line in gpu_lines(hosts, nodes))
     if not record.get("summary"):  # the summary lists them once the run ended
         lines.extend(attempt_lines(record))
     if record.get("summary"):
         lines.extend(summary_lines(record, run)[1:])
+    return lines
+
+
+def staging_lines(record: dict[str, Any]) -> list[str]:
+    """The staging block of a run: progress while it stages, then what the nodes hold and what was sent."""
+    from launcher.staging import files, human, progress_line  # noqa: PLC0415
+
+    staging = record.get("staging") or {}
+    if record.get("status") == "staging" and staging.get("progress"):
+        return [f"  staging: {progress_line(staging['progress'])}"]
+    lines = [
+        f"  staged  {item['key']} {item['digest']} ({files(item['files'])}, {human(item['bytes'])}) "
+        f"from {item['kind']} {item['source']} -> {item['dest']}"
+        for item in staging.get("items") or []
+    ]
+    if lines:
+        sent = staging.get("sent") or {}
+        what = ", ".join(f"{h} {files(s['files'])} {human(s['bytes'])}" for h, s in sent.items()) or "nothing"
+        lines.append(f"  staged  sent {what} in {staging.get('seconds', '-')} s")
     return lines

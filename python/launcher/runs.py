@@ -18,7 +18,8 @@ from launcher.repo import REPO_ROOT
 
 RECORD = "record.json"
 ACTIVE_STATES = ("created", "preflight", "probing", "starting", "running", "stopping", "recovering")
-FINAL_STATES = ("succeeded", "failed", "stopped", "rejected")
+# stalled: the progress watchdog saw no optimizer step within its window (launcher/watchdog.py)
+FINAL_STATES = ("succeeded", "failed", "stopped", "stalled", "rejected")
 
 
 def runs_root() -> Path:

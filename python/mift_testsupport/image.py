@@ -70,7 +70,10 @@ RIG_STAMPS = ("base/stamp", "repo/debs/stamp", "repo/pypi/stamp", "repo/amd/.bui
 
 def inputs_key() -> str:
     """A digest of everything the provisioned image is made from."""
-    digest = hashlib.sha256(json.dumps(TEST_DOUBLE_VARS, sort_keys=True).encode())
+    # the variables name files under RIG_HOME: the digest takes them relative to it, so that a copy of a rig
+    # home (a second checkout's, a helper's) keeps its image current
+    variables = json.dumps(TEST_DOUBLE_VARS, sort_keys=True).replace(str(RIG_HOME), "<RIG_HOME>")
+    digest = hashlib.sha256(variables.encode())
     for top in INPUT_PATHS:
         root = REPO_ROOT / top
         files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mift_testsupport.paths import REPO_ROOT, TINY_MODEL_SCRIPT
+from mift_testsupport.paths import REPO_ROOT, RIG_HOME, TINY_MODEL_SCRIPT
 from mift_testsupport.proc import ansible_bin, run
 
 if TYPE_CHECKING:
@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 # host settings applied, the CPU backend (the switches of inventory/demo/group_vars/all.yml).
 TEST_DOUBLE_VARS: dict[str, Any] = {
     "rocm_repo_base_url": "http://controller:8080/amd",
+    # the test double's throwaway key: the rocm role refuses a key whose fingerprint is not listed
+    "rocm_apt_key_fingerprints": [
+        f"{{{{ lookup('ansible.builtin.file', '{RIG_HOME / 'repo/amd/rocm/rocm.gpg.key.fingerprint'}') }}}}"
+    ],
     "rocm_manage_kernel": False,
     "host_tuning_apply": False,
     "pytorch_backend": "cpu",

@@ -219,15 +219,16 @@ def test_failure_of_the_job_itself_is_never_retried(cluster: Cluster, fault_reco
     fault_record.update(
         case="recovery-config-error",
         group="6 recovery",
-        input="the training YAML's model_name_or_path names a folder missing on the nodes (valid on the "
-        "controller); the default recovery policy",
+        input="the training YAML's lora_target names a module the model lacks (passes validation and "
+        "preflight: only PEFT, in the trainer, knows the model's modules); the default recovery policy",
         expected="the trainers exit non-zero by themselves (trainer_error): not retried; exit 1, status "
         "failed, one attempt",
     )
     name = "faults-rec-config"
     job = cluster.job(name, max_steps=STEPS)
     text = job.parent / "configs" / "train" / f"{name}.yaml"
-    text.write_text(text.read_text().replace("/opt/mift/models/tiny-llama", "/opt/mift/models/no-such-model"))
+    # a missing model folder no longer reaches the trainer: preflight refuses it (never retried either)
+    text.write_text(text.read_text().replace("lora_target: all", "lora_target: no_such_module"))
     out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=900)
     rec = cluster.record(name)
     attempts = rec.get("attempts") or []

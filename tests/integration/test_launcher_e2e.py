@@ -18,12 +18,14 @@ import time
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 
 from mift_testsupport.cluster import Cluster
 from mift_testsupport.fixtures import rig_ready_or_skip
 from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.launcher import finish
 from mift_testsupport.paths import REPO_ROOT
+from mift_testsupport.provision import tiny_model
 from mift_testsupport.rig import rig_id_from_env
 
 if TYPE_CHECKING:
@@ -72,6 +74,31 @@ def test_lora_sft_zero3_offload_two_nodes(cluster: Cluster) -> None:
         "run", str(cluster.job("e2e-z3off", deepspeed="ds_z3_offload.json")), "-i", str(cluster.inventory)
     )
     assert_succeeded(cluster, "e2e-z3off", out)
+
+
+def test_run_stages_model_and_dataset_and_records_their_manifests(cluster: Cluster) -> None:
+    """Staging in a run (issue 31): the model and dataset reach both nodes, verified, before the start; the
+    run trains on them and its record holds their manifests (docs/launcher.md "Staging")."""
+    data = REPO_ROOT / "configs" / "data" / "tiny_alpaca"
+    stage = {"model": {"controller": str(tiny_model())}, "dataset_dir": {"controller": str(data)}}
+    job = cluster.job("e2e-stage", max_steps=2, stage=stage)
+    train = cluster.work / "configs" / "train" / "e2e-stage.yaml"
+    cfg = yaml.safe_load(train.read_text())
+    cfg.update(model_name_or_path="/opt/mift/staged/tiny-llama", dataset_dir="/opt/mift/staged/tiny_alpaca")
+    train.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory))
+    print(out.stdout)
+    assert_succeeded(cluster, "e2e-stage", out)
+    rec = cluster.record("e2e-stage")
+    items = {item["key"]: item for item in rec["staging"]["items"]}
+    assert items["model"]["dest"] == "/opt/mift/staged/tiny-llama" and items["model"]["files"] == 6
+    assert items["dataset_dir"]["digest"].startswith("sha256:") and set(rec["staging"]["sent"]) == {
+        "host1",
+        "host2",
+    }
+    kept = json.loads((cluster.run_dir("e2e-stage") / "staging" / "model.manifest.json").read_text())
+    assert kept["digest"] == items["model"]["digest"] and "model.safetensors" in kept["manifest"]
+    assert "staged  model sha256:" in cluster.run("status", rec["run_id"]).stdout
 
 
 def test_killed_trainer_fails_and_stops_everywhere(cluster: Cluster) -> None:

@@ -44,7 +44,15 @@ def lab(tmp_path: Path) -> dict[str, Path]:
     # the validator maps node paths (/opt/mift/data/...) through a configs/{train,data} layout
     (tmp_path / "configs" / "train").mkdir(parents=True)
     (tmp_path / "configs" / "data").symlink_to(REPO / "configs" / "data")
+    # the loopback "nodes" are this machine: the folders preflight requires on every node are made here (a
+    # model folder of empty files: the fake trainer opens nothing), the dataset folder is the repo's
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (model / name).write_text("")
     train = (REPO / "configs" / "train" / "tiny_cpu_lora_sft.yaml").read_text()
+    train = train.replace("/opt/mift/models/tiny-llama", str(model))
+    train = train.replace("/opt/mift/data/tiny_alpaca", str(REPO / "configs" / "data" / "tiny_alpaca"))
     (tmp_path / "configs" / "train" / "train.yaml").write_text(train)
     (tmp_path / "runs").mkdir()
     return {"root": tmp_path, "inventory": tmp_path / "hosts.yml", "runs": tmp_path / "runs"}
@@ -289,3 +297,47 @@ def test_killed_trainer_is_retried_in_the_same_run(lab: dict[str, Path]) -> None
     assert "no checkpoint complete on every node: the next attempt starts again from step 0" in out
     assert node_state(lab, 1, run.name)["pid"] != first_pid
     assert rec["status"] == "succeeded" and not run_processes(run.name)
+
+
+def test_a_stalled_run_ends_stalled_with_stack_dumps_and_nothing_left(lab: dict[str, Path]) -> None:
+    """SIGSTOP the trainer of n0 (the node that logs steps): the progress watchdog ends the run ``stalled``
+    within its window, names n0, and the stop writes stack dumps that collect brings back."""
+    # recovery off: this case shows the watchdog's end of a run (recovery retries a stall)
+    spec = job_spec(lab, "stall", recovery={"max_restarts": 0}, FAKE_STEPS=400, FAKE_STEP_S=0.3, RANK=0)
+    data = yaml.safe_load(spec.read_text())
+    data["watchdog"] = {"k": 2, "floor_s": 4, "first_step_s": 120, "save_s": 2, "eval_s": 2}
+    spec.write_text(yaml.safe_dump(data))
+    proc = start(lab, "run", str(spec), "-i", str(lab["inventory"]))
+    wait_for(
+        lambda: (
+            any(lab["runs"].iterdir())
+            and (lab["root"] / "node0" / only_run(lab).name / "output" / "trainer_log.jsonl").is_file()
+            and len(
+                (lab["root"] / "node0" / only_run(lab).name / "output" / "trainer_log.jsonl")
+                .read_text()
+                .splitlines()
+            )
+            >= 6
+        ),
+        400,
+        "6 steps on n0",
+    )
+    run = only_run(lab)
+    pid = node_state(lab, 0, run.name)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    stopped_at = time.time()
+    out, _ = proc.communicate(timeout=300)
+    rec = record(run)
+    assert proc.returncode == 1, out
+    assert rec["status"] == "stalled", rec["timeline"]
+    assert rec["stall"]["lagging"] == ["n0"] and f"n0/rank 0 (pid {pid}) stopped" in rec["result_reason"]
+    stalled_at = next(e["t"] for e in rec["timeline"] if e["status"] == "stopping")
+    # seen at the first poll after the window: a poll period and a poll's own time (seconds when busy)
+    assert stalled_at - stopped_at <= rec["stall"]["window_s"] + 30, (stalled_at - stopped_at, rec["stall"])
+    stack = run / "nodes" / "n0" / f"stack-rank0-{pid}.txt"
+    assert stack.read_text().startswith(f"pid {pid} state T rank 0"), stack.read_text()[:300]
+    assert list((run / "nodes" / "n1").glob("stack-rank0-*.txt"))
+    assert "stalled: no progress for" in out and "lagging     n0:" in out
+    assert not run_processes(run.name)
+    status = launcher(lab, "status", run.name)
+    assert status.returncode == 1 and "stalled" in status.stdout

@@ -368,9 +368,10 @@ def test_bad_input_is_rejected_with_one_line() -> None:
         for args in (["up", "0"], ["up", "two"], ["up", "2", "--profile", "5=mi210"], ["down", "--force"]):
             proc = rig.rig(*args, check=False)
             assert proc.returncode != 0 and proc.stderr.startswith("rig: "), (args, proc.stderr)
-        env = rig.env() | {"RIG_ID": "12"}
-        proc = run([str(RIG), "status"], env=env, check=False)
-        assert proc.returncode != 0 and "RIG_ID" in proc.stderr, proc.stderr
+        for bad_id in ("100", "07", "x"):  # ids are 0-99, no leading zero (one bridge and subnet per id)
+            env = rig.env() | {"RIG_ID": bad_id}
+            proc = run([str(RIG), "status"], env=env, check=False)
+            assert proc.returncode != 0 and "RIG_ID" in proc.stderr, (bad_id, proc.stderr)
     finally:
         rig.down(purge=True)
 

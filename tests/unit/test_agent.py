@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -171,3 +172,18 @@ def test_a_restart_judges_only_its_own_log(tmp_path: Path) -> None:
     assert killed in (run_dir / "trainer.log").read_text()  # the earlier start's lines are kept
     state = json.loads((run_dir / "state.json").read_text())
     assert state["log_offset"] == len("step 1\n" + killed)
+
+
+def test_trainer_env_creates_the_kept_tunableop_directory(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("mift_agent_under_test", AGENT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run_dir = tmp_path / "r1"
+    run_dir.mkdir()
+    results = tmp_path / "kept" / "tunableop" / "tunableop_results.csv"
+    (run_dir / "env.json").write_text(json.dumps({"PYTORCH_TUNABLEOP_FILENAME": str(results)}))
+    env = module._trainer_env(run_dir, "r1")
+    assert env["PYTORCH_TUNABLEOP_FILENAME"] == str(results)
+    assert results.parent.is_dir()

@@ -13,7 +13,7 @@ from launcher.engine.load import load_job
 from launcher.engine.plan import build_plan
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import parse_job_spec
-from launcher.nodeenv import masked, provisioned_env, render_node_env, resolve_nproc
+from launcher.nodeenv import masked, mi300x_env, provisioned_env, render_node_env, resolve_nproc
 from launcher.preflight import NodeFacts, run_preflight, stack_drift
 from launcher.runner import PlaybookResult
 
@@ -165,3 +165,69 @@ def test_preflight_passes_the_flash_attn_runtime_env_to_the_trainer() -> None:
         node_env=facts.node_env,
     )
     assert with_job_env["h1"]["FLASH_ATTENTION_TRITON_AMD_ENABLE"] == "0"  # the job spec wins over both
+
+
+# AMD's MI300X run-time settings (launcher.nodeenv.MI300X_ENV; sources in docs/stack.md)
+ROCM_STACK = {"backend": "rocm", "hip": "7.2.53211"}
+EIGHT = {"verified": True, "count": 8}
+
+
+def test_mi300x_defaults_on_a_rocm_node_with_8_gpus() -> None:
+    assert mi300x_env("h1", stack=ROCM_STACK, gpus=EIGHT) == {
+        "NCCL_MIN_NCHANNELS": "112",
+        "HSA_OVERRIDE_CPU_AFFINITY_DEBUG": "0",
+        "TORCH_BLAS_PREFER_HIPBLASLT": "1",
+    }
+
+
+def test_no_mi300x_settings_on_cpu_or_cuda_nodes() -> None:
+    assert mi300x_env("h1", stack={"backend": "cpu"}, gpus={}) == {}
+    assert mi300x_env("h1", stack={"backend": "cuda", "hip": None}, gpus=EIGHT, tunableop="tune") == {}
+
+
+def test_channels_only_with_8_gpus() -> None:
+    env = mi300x_env("h1", stack=ROCM_STACK, gpus={"verified": True, "count": 4})
+    assert "NCCL_MIN_NCHANNELS" not in env
+    assert env["TORCH_BLAS_PREFER_HIPBLASLT"] == "1"
+
+
+def test_inventory_changes_and_drops_a_default() -> None:
+    env = mi300x_env(
+        "h1",
+        stack=ROCM_STACK,
+        gpus=EIGHT,
+        overrides={"NCCL_MIN_NCHANNELS": 64, "TORCH_BLAS_PREFER_HIPBLASLT": None},
+    )
+    assert env == {"NCCL_MIN_NCHANNELS": "64", "HSA_OVERRIDE_CPU_AFFINITY_DEBUG": "0"}
+
+
+@pytest.mark.parametrize(("mode", "tuning"), [("tune", "1"), ("use", "0")])
+def test_tunableop_is_opt_in_with_a_kept_per_node_file(mode: str, tuning: str) -> None:
+    assert "PYTORCH_TUNABLEOP_ENABLED" not in mi300x_env("h1", stack=ROCM_STACK, gpus=EIGHT)
+    env = mi300x_env("h1", stack=ROCM_STACK, gpus=EIGHT, tunableop=mode)
+    assert env["PYTORCH_TUNABLEOP_ENABLED"] == "1"
+    assert env["PYTORCH_TUNABLEOP_TUNING"] == tuning
+    assert env["PYTORCH_TUNABLEOP_FILENAME"] == "/var/lib/mift/tunableop/tunableop_results.csv"
+    assert "/runs/" not in env["PYTORCH_TUNABLEOP_FILENAME"]  # not in a run directory: kept between runs
+
+
+def test_bad_tunableop_mode_and_overrides_are_one_line_errors() -> None:
+    with pytest.raises(ConfigurationError, match=r"^h2: mift_tunableop 'yes' is not one of off, tune, use$"):
+        mi300x_env("h2", stack=ROCM_STACK, gpus=EIGHT, tunableop="yes")
+    with pytest.raises(ConfigurationError, match=r"^h2: mift_mi300x_env must be a mapping"):
+        mi300x_env("h2", stack=ROCM_STACK, gpus=EIGHT, overrides=["NCCL_MIN_NCHANNELS=1"])  # type: ignore[arg-type]
+
+
+def test_inventory_node_env_and_job_env_win_over_the_mi300x_defaults() -> None:
+    node_env = {"h1": {**mi300x_env("h1", stack=ROCM_STACK, gpus=EIGHT), "NCCL_MIN_NCHANNELS": "32"}}
+    envs = render_node_env(
+        spec(env={"TORCH_BLAS_PREFER_HIPBLASLT": "0"}),
+        hosts=["h1"],
+        master_addr="10.0.0.1",
+        nproc_per_node=8,
+        run_id="r1",
+        node_env=node_env,
+    )
+    assert envs["h1"]["NCCL_MIN_NCHANNELS"] == "32"
+    assert envs["h1"]["TORCH_BLAS_PREFER_HIPBLASLT"] == "0"
+    assert envs["h1"]["HSA_OVERRIDE_CPU_AFFINITY_DEBUG"] == "0"

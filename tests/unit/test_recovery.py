@@ -74,7 +74,15 @@ def test_a_rank_killed_on_host2_is_trainer_signal_on_host2_even_when_host1_is_na
             "gpu_error",
             "host2",
         ),
-        ("host2: stalled: no step for 600 s", {}, "stall", "host2"),
+        (
+            "host2: GPU 3: uncorrectable ECC errors rose from 0 to 1; trainer stopped",
+            {
+                "host1": PEER_GONE,
+                "host2": {"state": "failed", "rc": -15, "gpu_fault": "GPU 3: uncorrectable ECC errors rose"},
+            },
+            "gpu_error",
+            "host2",
+        ),
         ("job_s timeout of 60 s reached", {}, "timeout", ""),
         ("host2: start failed: no llamafactory-cli", {}, "start_failed", "host2"),
         ("host1: trainers exited but output_dir lacks all_results.json", {}, "incomplete_output", "host1"),
@@ -90,6 +98,13 @@ def test_a_rank_killed_on_host2_is_trainer_signal_on_host2_even_when_host1_is_na
 def test_classify(reason: str, nodes: dict[str, Any], kind: str, host: str):
     failure = classify(reason, nodes)
     assert (failure.kind, failure.host) == (kind, host), failure
+
+
+def test_a_stall_is_blamed_on_the_one_lagging_node_else_on_none():
+    assert recovery.stall_failure("no progress for 60 s", ["host2"]) == Failure(
+        "stall", "host2", "no progress for 60 s"
+    )
+    assert recovery.stall_failure("no progress for 60 s", ["host1", "host2"]).host == ""
 
 
 # --- decide ---------------------------------------------------------------------------------------------
@@ -267,6 +282,7 @@ class FlakyNodesDouble:
     on_stop: Any = None
     polls = 0
     slow_cause = False  # host2's failure reaches its state one poll after host1's
+    first_fault = "signal"  # how the first attempt fails: "signal", "gpu" (telemetry's fault), "stall"
 
     def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
         self.cancel_requested = threading.Event()
@@ -293,6 +309,11 @@ class FlakyNodesDouble:
             killed = {"state": "failed", "rc": 1, "failure_lines": KILLED}
             if FlakyNodesDouble.launches == 1 and FlakyNodesDouble.slow_cause and FlakyNodesDouble.polls == 1:
                 nodes = {"host1": PEER_GONE, "host2": {"state": "running"}}
+            elif FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "stall":
+                nodes = {"host1": {"state": "running"}, "host2": {"state": "running"}}  # no step, ever
+            elif FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "gpu":
+                broken = {"state": "failed", "rc": -15, "gpu_fault": "GPU 3: uncorrectable ECC errors rose"}
+                nodes = {"host1": {"state": "running"}, "host2": broken}
             elif FlakyNodesDouble.launches == 1:
                 nodes = {"host1": PEER_GONE, "host2": killed}
             else:
@@ -382,3 +403,54 @@ def test_the_cause_reported_one_poll_late_is_still_the_cause(lab, monkeypatch, c
     first = record["attempts"][0]
     assert (first["kind"], first["failed_host"]) == ("trainer_signal", "host2"), first
     assert "attempt 1 failed (trainer_signal on host2): retrying" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind", "host", "dumped"),
+    [("gpu", "gpu_error", "host2", False), ("stall", "stall", "", True)],
+)
+def test_a_gpu_fault_or_a_stall_is_retried(lab, monkeypatch, capsys, fault, kind, host, dumped):  # noqa: F811
+    """The telemetry's GPU fault and the watchdog's stall are failures the default policy retries; the stop
+    after a stall dumps the stacks first, as the stop that ends a stalled run does."""
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.first_fault = fault
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    watchdog = {"first_step_s": 1, "floor_s": 1}
+    job = _job(lab, fault, "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0}, watchdog=watchdog)
+    try:
+        rc = cli(["run", str(job), "-i", str(lab / "hosts.ini")])
+    finally:
+        FlakyNodesDouble.first_fault = "signal"
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    record = json.loads(next((lab / "runs").glob(f"{fault}-*/record.json")).read_text())
+    first, second = record["attempts"]
+    assert (first["kind"], first["failed_host"] or "") == (kind, host), first
+    assert first["state"] == ("stalled" if fault == "stall" else "failed")
+    assert second["state"] == "succeeded" and record["status"] == "succeeded"
+    stops = [v for name, v in FlakyNodesDouble.calls if name == "stop"]
+    assert [bool(v.get("mift_stop_dump")) for v in stops] == [dumped], stops
+
+
+def test_a_stall_not_retried_ends_the_run_stalled(lab, monkeypatch, capsys):  # noqa: F811
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.first_fault = "stall"
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    watchdog = {"first_step_s": 1, "floor_s": 1}
+    job = _job(
+        lab,
+        "stuck",
+        "plain.yaml",
+        poll_interval_s=0.5,
+        recovery={"retry_on": ["node_lost"]},
+        watchdog=watchdog,
+    )
+    try:
+        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+    finally:
+        FlakyNodesDouble.first_fault = "signal"
+    out = capsys.readouterr().out
+    record = json.loads(next((lab / "runs").glob("stuck-*/record.json")).read_text())
+    assert record["status"] == "stalled" and len(record["attempts"]) == 1, record["attempts"]
+    assert "not retried: stall is not in recovery.retry_on (node_lost)" in out
+    assert FlakyNodesDouble.launches == 1

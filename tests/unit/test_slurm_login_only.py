@@ -190,7 +190,8 @@ def prepared_root(tmp_path: Path, versions: dict[str, str] | None = None, *train
     """A shared run root with 2 ranks prepared through mift_install.py, as slurm_shared_prepare.yml does."""
     root = tmp_path / "shared" / "r-login"
     files = {
-        name: (DATA / name).read_text() for name in ("mift_agent.py", "mift_contract.py", "mift_probe.py")
+        name: (DATA / name).read_text()
+        for name in ("mift_agent.py", "mift_contract.py", "mift_probe.py", "mift_gpu.py")
     }
     files["expect.json"] = json.dumps({"versions": versions or {}, "min_free_bytes": 0})
     for rank in (0, 1):

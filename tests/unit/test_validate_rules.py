@@ -178,3 +178,20 @@ def test_committed_dataset_is_what_the_generator_writes(tmp_path):
     for name in ("tiny_alpaca.json", "dataset_info.json"):
         assert (tmp_path / name).read_bytes() == (committed / name).read_bytes()
     assert len(json.loads((committed / "tiny_alpaca.json").read_text())) == 64
+
+
+def test_ddp_timeout_far_above_a_hang_window_warns_once():
+    import yaml  # noqa: PLC0415
+
+    warned = rules.ddp_timeout_hides_hangs("train.yaml", {"ddp_timeout": 180000000}, None)
+    assert [(p.key, p.rule, p.is_error) for p in warned] == [
+        ("ddp_timeout", "ddp-timeout-hides-hangs", False)
+    ]
+    assert str(warned[0]).startswith("train.yaml: ddp_timeout: warning: 180000000 s (5.7 years): ")
+    assert "set 3600 (1 h)" in str(warned[0])
+    for fine in (600, 3600, rules.DDP_TIMEOUT_WARN_S, None, "auto", True):
+        assert rules.ddp_timeout_hides_hangs("f", {"ddp_timeout": fine}, None) == []
+    # every shipped training YAML uses a value a hang cannot hide behind
+    for path in sorted((REPO / "configs" / "train").glob("*.yaml")):
+        cfg = yaml.safe_load(path.read_text())
+        assert rules.ddp_timeout_hides_hangs(str(path), cfg, None) == [], path

@@ -33,8 +33,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--resume",
         metavar="RUN",
-        help="continue a stopped or failed run from its last checkpoint: a new run with RUN's job spec, "
-        "output_dir and inventory, resume_from_checkpoint set to the last checkpoint on the nodes",
+        help="continue a stopped, failed or stalled run from its last checkpoint: a new run with RUN's job "
+        "spec, output_dir and inventory, resume_from_checkpoint set to the last checkpoint on the nodes",
     )
     p.set_defaults(func=_cmd_run, parser=p)
     return p
@@ -62,9 +62,12 @@ def _resume_source(ref: str, inventory: Path | None) -> tuple[Path, Path | None,
     old = find_run(ref)
     record = old.load()
     where = f"{old.path}/record.json"
-    if record.get("status") not in ("stopped", "failed"):
+    if record.get("status") not in ("stopped", "failed", "stalled"):
         raise ConfigurationError.at(
-            where, "status", f"{record.get('status')}: only a stopped or failed run can be resumed", "resume"
+            where,
+            "status",
+            f"{record.get('status')}: only a stopped, failed or stalled run can be resumed",
+            "resume",
         )
     output_dir = record.get("output_dir")
     if not record.get("hosts") or not isinstance(output_dir, str):

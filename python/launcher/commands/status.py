@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="show a run's state (latest run by default)",
         description="Show a run's state and per-node table. While the run is active the nodes are polled; a "
         "run nobody follows (detached, or its launcher died) is finalized here once every node has ended. "
-        "Exit code: 0 running or succeeded, 1 failed or stopped.",
+        "Exit code: 0 running or succeeded, 1 failed, stalled or stopped.",
     )
     p.add_argument("run", nargs="?", help="run id or unique prefix (default: the latest run)")
     p.set_defaults(func=_cmd_status)
@@ -52,4 +52,4 @@ def show_status(ref: str | None) -> ExitCode:
         run.set_status("rejected", "launcher ended before any trainer was started")
         record = run.load()
     sys.stdout.write("\n".join(status_lines(record, run)) + "\n")
-    return JOB_FAILED if record.get("status") in ("failed", "stopped", "rejected") else OK
+    return JOB_FAILED if record.get("status") in ("failed", "stopped", "stalled", "rejected") else OK

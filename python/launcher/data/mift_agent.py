@@ -18,6 +18,10 @@ and, written by this agent:
 * ``state.json``  -- ``{"state", "pid", "supervisor_pid", "started_at", "ended_at", "rc"}``
 * ``rc``          -- the trainer's exit status once it ended
 * ``stop_requested`` -- present once ``stop`` was asked for
+* ``telemetry.jsonl``, ``telemetry.json``, ``gpu_after.json`` -- GPU samples while the trainer runs (every
+  ``telemetry_period_s`` of job.json, from a baseline taken before it starts) and the check after the run,
+  written by ``mift_gpu.py`` (shipped next to this file); a GPU that breaks stops the trainer (state
+  ``failed``, ``gpu_fault``)
 
 Commands (each prints one JSON object on stdout):
 
@@ -41,9 +45,11 @@ Commands (each prints one JSON object on stdout):
   (the trainers run on other hosts).
 * ``status RUN_DIR`` -- state, liveness, rc, the last trainer_log.jsonl entry, which expected outputs exist.
 * ``collect RUN_DIR`` -- the status, the output files, and ``collect.tar.gz`` (logs, state, metrics) to fetch.
-* ``stop RUN_DIR [--grace S]`` -- SIGTERM the trainer's process group and every process carrying the run's
-  marker in its environment, SIGKILL what is left after the grace period, check that nothing is left.
-  Idempotent.
+* ``stop RUN_DIR [--grace S] [--dump-stacks]`` -- SIGTERM the trainer's process group and every process
+  carrying the run's marker in its environment, SIGKILL what is left after the grace period, check that
+  nothing is left. Idempotent. ``--dump-stacks`` (the progress watchdog saw a stall): first
+  ``stack-<rank>-<pid>.txt`` of every process of the run (py-spy, the kernel's view of each thread) and a
+  poke of the flight recorder.
 
 Every process of a run carries ``MIFT_AGENT_KEY=<run_id>@<run_dir>`` in its environment; ``torchrun`` puts its
 workers in new sessions, so the marker (not the process group) is what finds all of them. The key holds the
@@ -57,6 +63,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,9 +71,10 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import mift_contract as contract
+import mift_gpu
 from mift_probe import checkpoints, free_bytes, installed_versions, local_facts
 
 MARKER = contract.MARKER
@@ -173,6 +181,10 @@ def _trainer_env(run_dir: Path, run_id: str) -> dict[str, str]:
     env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update({str(k): str(v) for k, v in extra.items()})
     env[MARKER] = agent_key(run_id, run_dir)
+    flight_recorder_env(env, run_dir)
+    tunableop = env.get("PYTORCH_TUNABLEOP_FILENAME", "")
+    if tunableop.startswith("/"):  # kept between runs: PyTorch writes it when the trainer ends
+        Path(tunableop).parent.mkdir(parents=True, exist_ok=True)
     return env
 
 
@@ -227,6 +239,14 @@ class MasterWatch:
         return ""
 
 
+def _open_log(run_dir: Path, extra: dict[str, Any]) -> IO[bytes]:
+    """Open the trainer log to append; a restarted run (the launcher's recovery) appends to it, so what this
+    start writes begins at ``extra["log_offset"]``."""
+    log = (run_dir / "trainer.log").open("ab")
+    extra.setdefault("log_offset", log.tell())
+    return log
+
+
 def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str, Any] | None = None) -> None:
     """Run in the detached supervisor: start the trainer, wait for it, record how it ended (``extra``: more
     fields for every state.json written, e.g. the Slurm node)."""
@@ -236,10 +256,11 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
     argv = [str(a) for a in job["argv"]]
     venv_bin = str(Path(argv[0]).parent)
     env["PATH"] = venv_bin + os.pathsep + env["PATH"]  # llamafactory-cli runs `torchrun` by name
-    log = (run_dir / "trainer.log").open("ab")
-    # a restarted run (the launcher's recovery) appends to the log: what this start wrote begins here
-    extra.setdefault("log_offset", log.tell())
+    log = _open_log(run_dir, extra)
     started = _now()
+    sampler = mift_gpu.Sampler.for_job(run_dir, job)
+    if sampler is not None:
+        sampler.start()  # the baseline (one tool call, bounded by its timeout), then a thread
     try:
         proc = subprocess.Popen(
             argv,
@@ -251,6 +272,8 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
             start_new_session=True,
         )
     except OSError as err:
+        if sampler is not None:
+            sampler.stop()
         log.write(f"mift_agent: cannot start {argv[0]}: {err}\n".encode())
         log.close()
         (run_dir / "rc").write_text("127\n")
@@ -285,13 +308,17 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
             rc = proc.wait(timeout=WATCH_PERIOD_S)
             break
         except subprocess.TimeoutExpired:
-            lost = watchdog.check() if watchdog else ""
-            if lost:  # cut off from the master: nobody can stop this node, and its collectives hang for ages
+            lost = (watchdog.check() if watchdog else "") or (sampler.fault if sampler else "")
+            # cut off from the master (nobody can stop this node, and its collectives hang for ages), or a GPU
+            # broke (a new uncorrectable ECC error, a GPU gone: the run must not go on with it)
+            if lost:
                 log.write(f"mift_agent: {lost}; stopping the trainer\n".encode())
                 log.flush()
                 sweep(proc.pid, agent_key(run_id, run_dir), grace)
                 rc = proc.wait()
                 break
+    if sampler is not None:
+        sampler.stop()
     # a trainer killed from outside leaves torchrun's workers (own sessions) behind: sweep them
     left = sweep(proc.pid, agent_key(run_id, run_dir), grace)
     log.close()
@@ -300,6 +327,8 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
     state.update({"state": "stopped" if stopped else "exited", "rc": rc, "ended_at": _now(), "left": left})
     if lost:
         state["reason"] = lost
+    if sampler is not None and sampler.fault:  # the run fails, whatever the stopped trainer's rc
+        state.update(state="failed", gpu_fault=sampler.fault)
     _write_json(run_dir / STATE_FILE, state)
 
 
@@ -670,11 +699,201 @@ def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
         "processes": None if remote else _processes(job, run_dir),
         **{k: state[k] for k in ("slurm_node", "master_addr") if state.get(k)},  # a Slurm task's placement
         **_log_facts(run_dir / "trainer.log", int(state.get("log_offset") or 0)),
+        **({} if remote else {"watch": watch_facts(run_dir, job)}),
+        **mift_gpu.status_fields(run_dir),
     }
 
 
-def cmd_stop(run_dir: Path, grace: float) -> dict[str, Any]:
-    """Stop every process of the run on this node; safe to call again."""
+# --- the progress watchdog (launcher/watchdog.py decides; here: what this node shows, the stack dumps) ---
+STACK_PREFIX = "stack-"  # stack-<rank N | program>-<pid>.txt in the node run directory
+# PyTorch's flight recorder (ProcessGroupNCCL, RCCL on ROCm): the launcher asks for it with
+# TORCH_NCCL_TRACE_BUFFER_SIZE on GPU runs; its dumps (on a collective's timeout, or when a byte is written to
+# the rank's pipe) land in the node run directory as nccl-trace-rank<N>
+FLIGHT_RECORDER_DUMP = "nccl-trace-rank"
+FLIGHT_RECORDER_PIPE = "nccl-trace-pipe-rank"  # <this><N>.pipe, a FIFO made by the rank
+PY_SPY_TIMEOUT_S = 20.0
+
+
+def flight_recorder_env(env: dict[str, str], run_dir: Path) -> None:
+    """Point the flight recorder's dump files and dump pipe into the run directory (when it is on)."""
+    try:
+        size = int(env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or 0)
+    except ValueError:
+        size = 0
+    if size > 0:
+        env.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(run_dir / FLIGHT_RECORDER_DUMP))
+        env.setdefault(
+            "TORCH_FR_DUMP_TEMP_FILE", env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]
+        )  # torch >= 2.7's name
+        env.setdefault("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", str(run_dir / FLIGHT_RECORDER_PIPE))
+
+
+def _proc_environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _proc_state(pid: int) -> str:
+    """Return the process state letter (R, S, D, T, Z, ...; '' when gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _proc_cmd(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def rank_processes(key: str) -> list[dict[str, Any]]:
+    """Return the run's training ranks on this host (torchrun's workers: RANK in their environment)."""
+    ranks = []
+    for pid in marked_pids(key):
+        env = _proc_environ(pid)
+        if "RANK" in env:
+            ranks.append(
+                {
+                    "pid": pid,
+                    "rank": env["RANK"],
+                    "local_rank": env.get("LOCAL_RANK"),
+                    "state": _proc_state(pid),
+                }
+            )
+    return ranks
+
+
+def checkpoint_fact(output_dir: Path) -> dict[str, Any] | None:
+    """Return the newest checkpoint-N of output_dir: its step, whether it is complete (trainer_state.json,
+    written last) and the newest write in it (a save in progress keeps moving it)."""
+    try:
+        found = [(int(p.name[11:]), p) for p in output_dir.glob("checkpoint-*") if p.name[11:].isdigit()]
+    except OSError:
+        return None
+    if not found:
+        return None
+    step, folder = max(found)
+    newest = 0.0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)  # noqa: PTH116,PTH118
+    return {"step": step, "complete": (folder / "trainer_state.json").is_file(), "mtime": round(newest, 3)}
+
+
+def watch_facts(run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
+    """What the progress watchdog needs of this node besides the logged step: the newest checkpoint and the
+    state of every training rank."""
+    run_id = str(job.get("run_id") or "")
+    return {
+        "checkpoint": checkpoint_fact(run_dir / str(job.get("output_dir", "output"))),
+        "ranks": rank_processes(agent_key(run_id, run_dir)) if run_id else [],
+    }
+
+
+def _py_spy(job: dict[str, Any]) -> str | None:
+    argv = job.get("argv") or []
+    beside = Path(str(argv[0])).parent / "py-spy" if argv else None
+    if beside is not None and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def _kernel_view(pid: int) -> str:
+    """Per thread: state, wait channel and kernel stack (works on any process, stopped or blocked)."""
+    lines = []
+    for task in sorted(
+        Path(f"/proc/{pid}/task").glob("*"), key=lambda p: int(p.name) if p.name.isdigit() else 0
+    ):
+        try:
+            comm = (task / "comm").read_text().strip()
+            state = (task / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+            wchan = (task / "wchan").read_text().strip()
+        except (OSError, IndexError):
+            continue
+        lines.append(f"thread {task.name} ({comm}) state {state} wchan {wchan or '-'}")
+        with contextlib.suppress(OSError):
+            lines.extend("    " + line for line in (task / "stack").read_text().splitlines())
+    return "\n".join(lines)
+
+
+def poke_flight_recorder(run_dir: Path) -> list[str]:
+    """Write a byte into every rank's flight-recorder pipe (the rank dumps its trace); return the pipes."""
+    poked = []
+    for pipe in sorted(run_dir.glob(FLIGHT_RECORDER_PIPE + "*.pipe")):
+        try:
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            continue  # no reader: the rank is gone
+        with contextlib.suppress(OSError):
+            os.write(fd, b"1")
+        os.close(fd)
+        poked.append(pipe.name)
+    return poked
+
+
+def dump_stacks(run_dir: Path, job: dict[str, Any]) -> list[str]:
+    """Write ``stack-<label>-<pid>.txt`` for every process of the run: py-spy's Python stacks (read without
+    stopping the process, ``--nonblocking``: py-spy's default mode pauses the process, which fails on a
+    SIGSTOPped one) and the kernel's view of every thread; poke the flight recorder.
+    Return the files written."""
+    run_id = str(job.get("run_id") or "")
+    if not run_id:
+        return []
+    spy = _py_spy(job)
+    poke_flight_recorder(run_dir)
+    written = []
+    for pid in marked_pids(agent_key(run_id, run_dir)):
+        env = _proc_environ(pid)
+        cmd = _proc_cmd(pid)
+        label = (
+            f"rank{env['RANK']}"
+            if "RANK" in env
+            else re.sub(r"[^A-Za-z0-9_.-]", "_", Path(cmd.split(" ")[0] or "proc").name)
+        )
+        head = [
+            f"pid {pid} state {_proc_state(pid)} rank {env.get('RANK', '-')} local_rank "
+            f"{env.get('LOCAL_RANK', '-')}",
+            f"cmd {cmd[:500]}",
+            "",
+        ]
+        if spy is None:
+            body = "py-spy: not installed in the node venv nor on PATH"
+        else:
+            try:
+                out = subprocess.run(
+                    [spy, "dump", "--pid", str(pid), "--nonblocking"],
+                    capture_output=True,
+                    text=True,
+                    timeout=PY_SPY_TIMEOUT_S,
+                    check=False,
+                )
+                body = f"py-spy dump --nonblocking (rc {out.returncode}):\n{out.stdout}{out.stderr}"
+            except (OSError, subprocess.TimeoutExpired) as err:
+                body = f"py-spy dump --nonblocking failed: {err}"
+        path = run_dir / f"{STACK_PREFIX}{label}-{pid}.txt"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write("\n".join([*head, body, "", "kernel (/proc/PID/task/*):", _kernel_view(pid), ""]))
+        written.append(path.name)
+    return written
+
+
+def watch_files(run_dir: Path) -> list[Path]:
+    """Return the stack dumps and flight-recorder traces of the run directory (for collect)."""
+    found = [*run_dir.glob(STACK_PREFIX + "*.txt"), *run_dir.glob(FLIGHT_RECORDER_DUMP + "*")]
+    return sorted(p for p in found if p.is_file())
+
+
+def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
+    """Stop every process of the run on this node; safe to call again (``dump``: write stack dumps of every
+    process of the run first, :func:`dump_stacks`)."""
     job = _read_json(run_dir / "job.json")
     run_id = str(job.get("run_id") or "")
     if not run_id:
@@ -684,6 +903,7 @@ def cmd_stop(run_dir: Path, grace: float) -> dict[str, Any]:
     before = marked_pids(key)
     pgid = state.get("pid")
     running = bool(before) or _alive(pgid)
+    stacks = dump_stacks(run_dir, job) if dump and running else []
     if running:
         (run_dir / "stop_requested").write_text(f"{_now()}\n")
     left = sweep(pgid if _alive(pgid) else None, key, grace) if running else []
@@ -695,13 +915,29 @@ def cmd_stop(run_dir: Path, grace: float) -> dict[str, Any]:
     if state.get("state") in ("running", "starting"):  # the supervisor is gone too: record it here
         state.update({"state": "stopped", "ended_at": _now(), "rc": state.get("rc")})
         _write_json(run_dir / STATE_FILE, state)
-    return {"ok": not left, "changed": running, "killed": before, "left": left, "state": state.get("state")}
+    return {
+        "ok": not left,
+        "changed": running,
+        "killed": before,
+        "left": left,
+        "state": state.get("state"),
+        **({"stacks": stacks} if dump else {}),
+    }
 
 
 SHARED_COMMANDS = ("shared-prepare", "shared-status", "shared-collect", "shared-stop")
 COLLECT_ARCHIVE = "collect.tar.gz"
 # what the launcher fetches from a node run directory and from its output_dir (small files only)
-COLLECT_RUN_FILES = ("trainer.log", STATE_FILE, "job.json", "rc", "slurm.out")
+COLLECT_RUN_FILES = (
+    "trainer.log",
+    STATE_FILE,
+    "job.json",
+    "rc",
+    "slurm.out",
+    mift_gpu.TELEMETRY_FILE,
+    mift_gpu.TELEMETRY_STATE,
+    mift_gpu.AFTER_FILE,
+)
 COLLECT_OUTPUT_FILES = ("trainer_log.jsonl", "all_results.json", "train_results.json", "adapter_config.json")
 
 
@@ -711,6 +947,9 @@ def cmd_collect(run_dir: Path, remote: bool = False) -> dict[str, Any]:
     Returns the status (as ``status``), the output files (full paths) and the archive's path.
     """
     status = cmd_status(run_dir, remote)
+    # the trainer has ended (collect follows stop or success): its GPUs must be idle and healthy; on a login
+    # host (remote) the GPUs are another host's
+    gpu_after = None if remote or not status.get("run_id") else mift_gpu.after_check(run_dir)
     output_dir = Path(status["output_dir"])
     outputs = sorted(str(p) for p in output_dir.rglob("*") if p.is_file()) if output_dir.is_dir() else []
     archive = run_dir / COLLECT_ARCHIVE
@@ -720,9 +959,11 @@ def cmd_collect(run_dir: Path, remote: bool = False) -> dict[str, Any]:
             for name in names:
                 if (folder / name).is_file():
                     tar.add(folder / name, arcname=name)
+        for path in watch_files(run_dir):
+            tar.add(path, arcname=path.name)
     tmp.chmod(0o600)
     tmp.replace(archive)
-    return {"ok": True, "status": status, "outputs": outputs, "archive": str(archive)}
+    return {"ok": True, "status": status, "outputs": outputs, "archive": str(archive), "gpu_after": gpu_after}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -750,6 +991,9 @@ def main(argv: list[str] | None = None) -> int:
         "--ranks", action="store_true", help="slurm-step: RUN_DIR is a shared run root: rank<SLURM_NODEID>"
     )
     parser.add_argument("--job-gone", action="store_true", help="shared-stop: the Slurm job left its nodes")
+    parser.add_argument(
+        "--dump-stacks", action="store_true", help="stop: stack dumps of every process of the run first"
+    )
     args = parser.parse_args(argv)
     run_dir: Path = args.run_dir.resolve()
     if not run_dir.is_dir():
@@ -771,7 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "collect":
         result = cmd_collect(run_dir)
     else:
-        result = cmd_stop(run_dir, args.grace)
+        result = cmd_stop(run_dir, args.grace, args.dump_stacks)
     print(json.dumps(result))
     return 0 if result.get("ok") else 1
 

@@ -46,6 +46,7 @@ class Job(TypedDict):
     output_dir: str
     expect_outputs: list[str]
     resume_from: str | None  # optional in job.json (None)
+    telemetry_period_s: float  # optional in job.json (0: no GPU sampling); mift_gpu.Sampler
 
 
 class Bundle(TypedDict):
@@ -78,6 +79,9 @@ class NodeStatus(TypedDict, total=False):
     teardown_abort: bool
     failure_lines: list[str]  # how the trainer failed (signal, OOM, GPU errors), for the launcher's recovery
     log_tail: str
+    gpu: dict[str, Any] | None  # mift_gpu.summary of the latest GPU sample
+    telemetry_warning: str | None  # the GPU tool failed or hung (printed once by the launcher)
+    gpu_fault: str | None  # a GPU broke (new uncorrectable ECC error, GPU gone): the run fails
 
 
 class StartResult(TypedDict, total=False):
@@ -124,8 +128,10 @@ def job_from(data: object, where: str = JOB_FILE) -> Job:
         "output_dir": lambda v: isinstance(v, str) and bool(v),
         "expect_outputs": lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
         "resume_from": lambda v: v is None or isinstance(v, str),
+        "telemetry_period_s": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v >= 0,
     }
-    data = {"resume_from": None, **data}  # optional: no checkpoint to resume from
+    # optional: no checkpoint to resume from, no GPU sampling
+    data = {"resume_from": None, "telemetry_period_s": 0, **data}
     for key, ok in checks.items():
         if key not in data or not ok(data[key]):
             raise ContractError(f"{where}: {key}: missing or of the wrong type ({data.get(key)!r})")
@@ -136,6 +142,7 @@ def job_from(data: object, where: str = JOB_FILE) -> Job:
         output_dir=data["output_dir"],
         expect_outputs=list(data["expect_outputs"]),
         resume_from=data["resume_from"],
+        telemetry_period_s=float(data["telemetry_period_s"]),
     )
 
 

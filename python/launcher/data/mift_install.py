@@ -4,11 +4,11 @@ Run as ``python3 -c "<this file>" RUN_DIR COMMAND [AGENT_ARGS...]`` (COMMAND: ``
 for the Slurm backend, which starts the trainer later through ``srun``; ``shared-prepare`` for its
 login-host-only mode: RUN_DIR is the shared run root and the bundles are ``rank<N>/bundle.json``) with one
 JSON object on stdin: file name -> text (``mift_agent.py``, ``mift_contract.py``, ``mift_probe.py``,
-``bundle.json``). The run
-directory is made 0700; ``*.py`` files are written 0700, every other file 0600 (the bundle holds the
-environment, which may hold tokens). Then ``mift_agent.py COMMAND RUN_DIR ARGS`` replaces this process: its
-JSON answer and exit status are the task's. One task, one ssh round trip per node, instead of a directory,
-three copies and a command. Standard library only.
+``mift_gpu.py``, ``bundle.json``). The run directory is made 0700; ``*.py`` files are written 0700, every
+other file 0600 (the bundle holds the environment, which may hold tokens). Then
+``mift_agent.py COMMAND RUN_DIR ARGS`` replaces this process: its JSON answer and exit status are the task's.
+One task, one ssh round trip per node, instead of a directory, three copies and a command.
+Standard library only.
 """
 
 from __future__ import annotations

@@ -7,13 +7,16 @@ the outputs go, whether the master port is free, the trainer entry point, the st
 node venv now, the local facts provisioning wrote (``/etc/ansible/facts.d/mift_{stack,gpus,flash_attn}.fact``,
 JSON; read here, so that preflight needs no fact-gathering round trip), the ``checkpoint-N`` folders of a run
 to resume, the node paths the job needs (``--require``: the model folder, a named resume checkpoint, the
-dataset folder; answered as ``missing``), and what the trainer's torch reports (CUDA or ROCm build, GPU count
+dataset folder; answered as ``missing``), what the trainer's torch reports (CUDA or ROCm build, GPU count
 and memory: ``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cli``, which is what a ``pip
-install --target`` folder has). The versions and torch are asked in parallel. Never fails: preflight decides
+install --target`` folder has), and the node's fabric facts (``net``: the interfaces and their addresses
+from ``ip -j addr``, the RDMA ports from ``/sys/class/infiniband``, the boot id; read by
+``launcher.fabric``). With ``--gpu-tools`` (``launcher check``) it also hands back what ``amd-smi`` prints
+(firmware, ECC and PCIe). The versions and torch are asked in parallel. Never fails: the controller decides
 what the answers mean.
 
     python3 - RUN_DIR [--path OUTPUT_DIR] [--port PORT] [--venv VENV] [--checkpoints DIR] [--require JSON]
-        < mift_probe.py
+        [--gpu-tools] < mift_probe.py
 """
 
 from __future__ import annotations
@@ -130,6 +133,125 @@ def torch_key(venv: Path) -> str | None:
     parts: list[Any] = [boot, devices, {k: os.environ.get(k) for k in VISIBLE_DEVICES}, venv_python(venv)]
     parts.append([_stamp(f) for f in files])
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+SYSFS_INFINIBAND = Path("/sys/class/infiniband")
+# GID table entries read per RDMA port (RoCEv2 lives at a low index: 3 on AMD's reference setup)
+MAX_GIDS = 16
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def interfaces() -> dict[str, Any]:
+    """Return the node's interfaces as ``ip -j addr`` reports them: name, state and addresses."""
+    try:
+        proc = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, timeout=10, check=False)
+        data = json.loads(proc.stdout or "null")
+    except (OSError, ValueError, subprocess.TimeoutExpired) as err:
+        return {"error": f"ip -j addr: {str(err)[:200]}"}
+    if not isinstance(data, list):
+        return {"error": f"ip -j addr: exit status {proc.returncode}, no JSON list"}
+    found = []
+    for entry in data:
+        if not isinstance(entry, dict) or "ifname" not in entry:
+            continue
+        found.append(
+            {
+                "name": str(entry["ifname"]),
+                "state": str(entry.get("operstate", "UNKNOWN")),
+                "addrs": [str(a.get("local")) for a in entry.get("addr_info") or [] if a.get("local")],
+            }
+        )
+    return {"interfaces": found}
+
+
+def rdma_ports(root: Path = SYSFS_INFINIBAND) -> list[dict[str, Any]]:
+    """Return every RDMA port under ``root``: device, port, state, link layer and its non-zero GIDs."""
+    ports = []
+    try:
+        devices = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    for dev in devices:
+        try:
+            port_dirs = sorted(
+                (dev / "ports").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0
+            )
+        except OSError:
+            continue
+        for port in port_dirs:
+            gids = []
+            for index in range(MAX_GIDS):
+                gid = _read(port / "gids" / str(index))
+                if gid is None:
+                    break
+                if gid == ZERO_GID:
+                    continue
+                gids.append(
+                    {
+                        "index": index,
+                        "gid": gid,
+                        "type": _read(port / "gid_attrs" / "types" / str(index)),
+                        "ndev": _read(port / "gid_attrs" / "ndevs" / str(index)),
+                    }
+                )
+            state = _read(port / "state") or ""
+            ports.append(
+                {
+                    "device": dev.name,
+                    "port": int(port.name) if port.name.isdigit() else port.name,
+                    "state": state.split(":", 1)[-1].strip(),
+                    "link_layer": _read(port / "link_layer"),
+                    "gids": gids,
+                }
+            )
+    return ports
+
+
+# where the loader finds libibverbs (RCCL dlopens it; without it RCCL uses sockets, silently)
+LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
+
+
+def net_facts() -> dict[str, Any]:
+    """Return the fabric facts of the node: interfaces, RDMA ports, boot id."""
+    return {
+        **interfaces(),
+        "rdma": rdma_ports(),
+        "libibverbs": any(any(Path(d).glob("libibverbs.so*")) for d in LIB_DIRS),
+        "boot_id": _read(Path("/proc/sys/kernel/random/boot_id")),
+    }
+
+
+# what `launcher check` reads from amd-smi (parsed on the controller: launcher.fabric.parsers)
+GPU_TOOL_COMMANDS = {
+    "amd_smi_firmware": ["amd-smi", "firmware"],
+    "amd_smi_metric": ["amd-smi", "metric", "--ecc", "--pcie"],
+}
+
+
+def gpu_tools() -> dict[str, Any]:
+    """Return what each GPU tool command printed (``None``: the tool is not installed)."""
+    out: dict[str, Any] = {}
+    for name, argv in GPU_TOOL_COMMANDS.items():
+        if shutil.which(argv[0]) is None:
+            out[name] = None
+            continue
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            out[name] = {
+                "rc": proc.returncode,
+                "stdout": proc.stdout[:200_000],
+                "stderr": proc.stderr[-2000:],
+            }
+        except (OSError, subprocess.TimeoutExpired) as err:
+            out[name] = {"rc": None, "stdout": "", "stderr": str(err)[:300]}
+    return out
 
 
 def free_bytes(path: Path) -> int:
@@ -326,6 +448,7 @@ def cmd_facts(
     torch_known: str | None = None,
     *,
     required: tuple[Path, object] | None = None,
+    with_gpu_tools: bool = False,
 ) -> dict[str, Any]:
     """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point, versions,
     what torch reports.
@@ -359,6 +482,8 @@ def cmd_facts(
             "missing": missing_paths(*required) if required is not None else None,
             "local_facts": local_facts(),
             "torch": {**torch_answer, **({"key": key} if key else {})},
+            "net": net_facts(),
+            **({"gpu_tools": gpu_tools()} if with_gpu_tools else {}),
         }
 
 
@@ -386,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoints", type=Path, default=None, help="list the checkpoint-N folders here")
     parser.add_argument("--torch-known", default=None, help="torch_key of the answer the controller holds")
     parser.add_argument("--require", default=None, help="JSON list of the node paths the job needs")
+    parser.add_argument("--gpu-tools", action="store_true", help="also hand back what amd-smi prints")
     args = parser.parse_args(argv)
     try:
         requirements: object = json.loads(args.require) if args.require else None
@@ -396,7 +522,13 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = Path(os.path.normpath(args.run_dir / args.checkpoints)) if args.checkpoints is not None else None
     required = (args.run_dir, requirements) if requirements is not None else None
     facts = cmd_facts(
-        args.run_dir / args.path, args.port or None, args.venv, ckpt, args.torch_known, required=required
+        args.run_dir / args.path,
+        args.port or None,
+        args.venv,
+        ckpt,
+        args.torch_known,
+        required=required,
+        with_gpu_tools=args.gpu_tools,
     )
     print(json.dumps(facts))
     return 0

@@ -38,6 +38,7 @@ def finish(
         if announce and out is not None:
             print(f"{verdict.state}: {verdict.reason}; stopping every node ...", file=out, flush=True)
         job.run.set_status("stopping", verdict.reason)
+        job.dump_stacks_on_stop = verdict.state == "stalled"
         job.stop()
     summary = job.finalize(verdict.state, verdict.reason, nodes)
     if out is not None:

@@ -20,6 +20,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.nodeenv import render_node_env
 from launcher.problems import ConfigKind, FileReport
 from launcher.validation.loading import parse_config
+from launcher.watchdog import with_flight_recorder
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -218,6 +219,26 @@ def require_liger(facts: NodeFacts, why: str) -> None:
             )
 
 
+def fabric_of(spec: JobSpec, facts: NodeFacts) -> dict[str, dict[str, str]]:
+    """Return each host's derived NCCL/Gloo variables (:mod:`launcher.fabric.env`); its warnings and notes go
+    to ``facts``. A missing interface, settings that differ across nodes, or sockets where RDMA is expected
+    (``fabric.socket_fallback: fail``) raise, one line naming the node. Nodes whose probe has no ``net``
+    facts (a probe from before them) get nothing derived."""
+    from launcher.fabric.env import resolve_fabric  # noqa: PLC0415
+
+    if not all(isinstance(facts.probe.get(h, {}).get("net"), dict) for h in facts.hosts):
+        return {}
+    spec_env = spec.env_strings()
+    overrides = {
+        h: {**{str(k): str(v) for k, v in (facts.node_env.get(h) or {}).items()}, **spec_env}
+        for h in facts.hosts
+    }
+    fabric = resolve_fabric(facts.hosts, facts.train_address, facts.probe, overrides, spec.fabric)
+    facts.warnings.extend(w for w in fabric.warnings if w not in facts.warnings)
+    facts.notes.extend(n for n in fabric.notes if n not in facts.notes)
+    return {h: dict(e) for h, e in fabric.envs.items()}
+
+
 def build_plan(
     job: LoadedJob,
     facts: NodeFacts,
@@ -243,6 +264,7 @@ def build_plan(
     if ds is not None:
         files[DS_FILE] = (json.dumps(ds, indent=2) + "\n").encode()
     master_addr = spec.master_addr or facts.train_address[facts.master]
+    fabric_env = None if spec.slurm.login_only else fabric_of(spec, facts)
     envs = render_node_env(
         spec,
         hosts=facts.hosts,
@@ -250,7 +272,12 @@ def build_plan(
         nproc_per_node=facts.nproc_per_node,
         run_id=run_id,
         node_env=facts.node_env,
+        fabric_env=fabric_env,
     )
+    envs = {  # a node whose stack is the cpu backend has no collective to record
+        h: with_flight_recorder(e, gpu=(facts.stack.get(h) or {}).get("backend") != "cpu")
+        for h, e in envs.items()
+    }
     expect = expected_outputs(train)
 
     def cli(host: str) -> str:  # the entry point preflight found (job spec node_venv, else the inventory's)
@@ -268,6 +295,8 @@ def build_plan(
                 # the checkpoint the trainer resumes from ("last": LLaMA-Factory picks output_dir's last one)
                 "resume_from": train.get("resume_from_checkpoint")
                 or ("last" if spec.resume is True else None),
+                # GPU sampling period of the node agent (0: off); docs/launcher.md "GPU telemetry"
+                "telemetry_period_s": spec.telemetry.period_s,
             }
         )
         for rank, host in enumerate(facts.hosts)

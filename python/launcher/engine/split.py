@@ -109,10 +109,29 @@ def plan_job(
     )
 
 
+def measured_links(accelerator: Accelerator, facts: NodeFacts) -> Accelerator:
+    """Return ``accelerator`` with the inter-node bandwidth ``launcher check`` measured between exactly these
+    nodes on this boot (its cache), when there is one; a note says which figure the plan used."""
+    from launcher.fabric import links  # noqa: PLC0415
+
+    if len(facts.hosts) < 2:
+        return accelerator
+    key = links.cache_key(facts.hosts, facts.train_address, facts.probe)
+    record = links.load(key) if key else None
+    gbs = links.inter_node_gbs(record, facts.nproc_per_node or 1) if record else None
+    if gbs is None:
+        return accelerator
+    facts.notes.append(
+        f"plan: inter-node bandwidth {gbs:.3f} GB/s per GPU, measured by launcher check "
+        f"(instead of the {accelerator.name} model's {accelerator.inter_node_gbs:g})"
+    )
+    return links.with_measured(accelerator, gbs)
+
+
 def auto_plan(job: LoadedJob, train: Mapping[str, Any], facts: NodeFacts) -> TrainingPlan:
     """Return the training plan a ``plan: auto`` run applies; nothing fitting is one line at ``plan``."""
     check_pinned_batch(job)
-    accelerator = accelerator_named(gpu_name(facts), default=MI300X)
+    accelerator = measured_links(accelerator_named(gpu_name(facts), default=MI300X), facts)
     plan = plan_job(
         job, train, cluster_of(facts), accelerator=accelerator, model_config=job.spec.plan_model_config
     )

@@ -14,16 +14,19 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+import yaml
 
 from launcher import runner as runner_module
 from launcher.backends import backend_of
 from launcher.engine import attempts
 from launcher.engine.finish import finish
 from launcher.engine.load import load_job
-from launcher.engine.plan import RunPlan, build_plan, require_liger, validate_plan
+from launcher.engine.plan import TRAIN_FILE, RunPlan, build_plan, require_liger, validate_plan
 from launcher.engine.split import record_of, summary_line
-from launcher.exceptions import ConfigurationError, LauncherError
+from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.inventory import check_hosts
 from launcher.job import Job, Verdict, agent_source
@@ -31,10 +34,11 @@ from launcher.jobspec import mask_env
 from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
 from launcher.runs import FINAL_STATES, RunDir, new_run_id
+from launcher.staging import YAML_KEYS, stage, stage_items, write_manifests
+from launcher.watchdog import ProgressWatch, Schedule
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
     from launcher.engine.load import LoadedJob
     from launcher.engine.plan import ResumeFrom
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts, NodePath
     from launcher.problems import FileReport
+    from launcher.recovery import Failure
     from launcher.runner import PlaybookRunner
 
 
@@ -138,9 +143,15 @@ def _checkpoints_of(spec: JobSpec, run_id: str, resume: ResumeFrom | None) -> st
 
 
 def _node_paths(job: LoadedJob, resume: ResumeFrom | None) -> list[NodePath]:
-    """The folders every node must hold before the start (model, named resume checkpoint, dataset)."""
+    """The folders every node must hold before the start (model, named resume checkpoint, dataset); a folder
+    the job stages is not among them: staging, after preflight, puts it there and verifies it file by file."""
     deepspeed = None if job.deepspeed_from == "auto" else job.deepspeed is not None
-    return node_paths(job.train.data, job.spec, deepspeed=deepspeed, resume_run=resume is not None)
+    staged = {YAML_KEYS[item.key] for item in stage_items(job)}
+    return [
+        path
+        for path in node_paths(job.train.data, job.spec, deepspeed=deepspeed, resume_run=resume is not None)
+        if path.what not in staged
+    ]
 
 
 def run_job(
@@ -163,6 +174,7 @@ def run_job(
     if inv is not None and not inv.exists():
         raise ConfigurationError.at(inventory or inv, "(file)", "inventory not found", "file")
     job = load_and_check(job_path, inv)
+    stage_items(job)  # a missing source is bad input before any host is asked
     spec = job.spec
     backend_fields = choose_backend(backend, inv, job_path, spec.slurm.login_only)
     run_id = new_run_id(spec.name)
@@ -224,6 +236,14 @@ def run_job(
             _refuse(validate_plan(plan))
         except LauncherError as err:
             state = "stopped" if interrupted.is_set() else "rejected"
+            attempts.end(run, state, str(err))
+            run.set_status(state, str(err))
+            raise
+        try:
+            stage_for_run(job, runner, run, interrupted, out)
+        except LauncherError as err:
+            failed = "failed" if isinstance(err, JobFailedError) else "rejected"
+            state = "stopped" if interrupted.is_set() else failed
             attempts.end(run, state, str(err))
             run.set_status(state, str(err))
             raise
@@ -297,7 +317,7 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
 ) -> ExitCode:
     """Run attempts until one succeeds, is stopped, or fails in a way the recovery policy does not retry
     (``recover`` False: the first failure ends the run, as it is judged)."""
-    from launcher.recovery import Failure, classify, decide  # noqa: PLC0415
+    from launcher.recovery import Failure, decide  # noqa: PLC0415
 
     earlier: list[Failure] = []
     number = 1
@@ -307,18 +327,13 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
         if not isinstance(outcome, tuple):
             return outcome  # detached: the trainers run on
         verdict, nodes, job = outcome
-        if verdict.state != "failed" or not recover:
+        if verdict.state not in ("failed", "stalled") or not recover:
             attempts.end(run, verdict.state, verdict.reason)
             finish(job, verdict, nodes, out=out, announce=True)
             return OK if verdict.state == "succeeded" else JOB_FAILED
-        failure = classify(verdict.reason, nodes)
-        if failure.kind not in plan.spec.recovery.retry_on and _running(nodes):
-            # the cause may not have reached every node's state yet (a rank killed on host2 makes host1's
-            # rank fail first): one more poll before judging what failed
-            nodes = _settled(job, nodes, plan.spec.poll_interval_s, interrupted)
-            failure = classify(verdict.reason, nodes)
+        failure, nodes = _failure_of(run, job, verdict, nodes, spec=plan.spec, interrupted=interrupted)
         decision = decide(plan.spec.recovery, earlier, failure)
-        attempts.end(run, "failed", verdict.reason, failure, decision)
+        attempts.end(run, verdict.state, verdict.reason, failure, decision)
         print(
             f"attempt {number} failed ({failure.kind}"
             f"{' on ' + failure.host if failure.host else ''}): {decision.why}",
@@ -326,11 +341,14 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
             flush=True,
         )
         if not decision.retry:
-            finish(job, Verdict("failed", f"{failure.reason}; {decision.why}"), nodes, out=out, announce=True)
+            final = Verdict(verdict.state, f"{failure.reason}; {decision.why}")
+            finish(job, final, nodes, out=out, announce=True)
             return JOB_FAILED
-        print(f"failed: {verdict.reason}; stopping every node ...", file=out, flush=True)
+        print(f"{verdict.state}: {verdict.reason}; stopping every node ...", file=out, flush=True)
         run.set_status("stopping", verdict.reason)
+        job.dump_stacks_on_stop = verdict.state == "stalled"  # as finish() does: the stacks tell who hung
         job.stop()
+        job.dump_stacks_on_stop = False
         if _ended_elsewhere(run, out):
             return JOB_FAILED
         run.update(nodes={h: _brief(n) for h, n in nodes.items()})
@@ -364,6 +382,30 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
             return JOB_FAILED
 
 
+def _failure_of(
+    run: RunDir,
+    job: Job,
+    verdict: Verdict,
+    nodes: dict[str, dict[str, Any]],
+    *,
+    spec: JobSpec,
+    interrupted: threading.Event,
+) -> tuple[Failure, dict[str, dict[str, Any]]]:
+    """Return what failed in a ``failed`` or ``stalled`` attempt, and the node states it was judged from."""
+    from launcher.recovery import classify, stall_failure  # noqa: PLC0415
+
+    if verdict.state == "stalled":  # the watchdog's verdict; the record's `stall` names the lagging nodes
+        stall = run.load().get("stall") or {}
+        return stall_failure(verdict.reason, [str(h) for h in stall.get("lagging") or []]), nodes
+    failure = classify(verdict.reason, nodes)
+    if failure.kind not in spec.recovery.retry_on and _running(nodes):
+        # the cause may not have reached every node's state yet (a rank killed on host2 makes host1's
+        # rank fail first): one more poll before judging what failed
+        nodes = _settled(job, nodes, spec.poll_interval_s, interrupted)
+        failure = classify(verdict.reason, nodes)
+    return failure, nodes
+
+
 def _running(nodes: dict[str, dict[str, Any]]) -> bool:
     return any(n.get("state") == "running" for n in nodes.values())
 
@@ -389,6 +431,40 @@ def _ended_elsewhere(run: RunDir, out: IO[str]) -> bool:
 
 def _brief(node: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in node.items() if k != "log_tail"}
+
+
+def stage_for_run(
+    job: LoadedJob, runner: PlaybookRunner, run: RunDir, interrupted: threading.Event, out: IO[str]
+) -> None:
+    """Stage the job's folders on every node (status ``staging``, progress in the record); the manifests are
+    kept in the run (``staging`` in record.json, ``staging/<key>.manifest.json``)."""
+    if not job.spec.stage.items():
+        return
+    run.set_status("staging")
+    outcome = stage(
+        job, runner, out=out, stop=interrupted, progress=lambda state: run.update(staging={"progress": state})
+    )
+    if outcome is not None:
+        write_manifests(run.path, outcome)
+        run.update(staging=outcome.record())
+
+
+def stage_only(job_path: Path, *, inventory: Path | None, out: IO[str]) -> ExitCode:
+    """``launcher stage``: load and check the job, then stage its folders on every node; no run is made."""
+    import tempfile  # noqa: PLC0415
+
+    inv = inventory.resolve() if inventory else None
+    if inv is not None and not inv.exists():
+        raise ConfigurationError.at(inventory or inv, "(file)", "inventory not found", "file")
+    job = load_and_check(job_path, inv)
+    if not stage_items(job):
+        raise ConfigurationError.at(job_path, "stage", "the job spec stages nothing", "stage")
+    interrupted = threading.Event()
+    with interrupt_guard(interrupted), tempfile.TemporaryDirectory(prefix="mift-stage-") as tmp:
+        runner = runner_module.PlaybookRunner(Path(tmp), inventory=inv)
+        runner.cancel_requested = interrupted
+        stage(job, runner, out=out, stop=interrupted)
+    return OK
 
 
 def probe_before_run(
@@ -533,14 +609,35 @@ def _ship_and_follow(
         return OK
     from launcher.follow import follow  # noqa: PLC0415 - only when following
 
+    watch = _progress_watch(plan, job.hosts, out)
     verdict, nodes = follow(
         job,
         interrupted=interrupted,
         poll_interval_s=spec.poll_interval_s,
         job_timeout_s=spec.timeouts.job_s,
         out=out,
+        watch=watch,
     )
     return verdict, nodes, job
+
+
+def _progress_watch(plan: RunPlan, hosts: list[str], out: IO[str]) -> ProgressWatch | None:
+    """Return the run's progress watchdog (None: switched off in the job spec), announced in one line."""
+    options = plan.spec.watchdog
+    if not options.enabled:
+        print("watchdog: off (job spec watchdog.enabled: false)", file=out, flush=True)
+        return None
+    train = yaml.safe_load(plan.files[TRAIN_FILE]) or {}
+    schedule = Schedule.from_training(train if isinstance(train, dict) else {})
+    print(
+        f"watchdog: a stall is no optimizer step within {options.first_step_s:g} s of the start, then "
+        f"within max({options.k:g} x p95 of the step intervals, {options.floor_s:g} s), "
+        f"+ {options.save_s:g} s after a checkpoint save (save_steps {schedule.save_steps or '-'}), "
+        f"+ {options.eval_s:g} s after an evaluation (eval_steps {schedule.eval_steps or '-'})",
+        file=out,
+        flush=True,
+    )
+    return ProgressWatch(options, schedule, hosts, time.monotonic())
 
 
 def _launch_failure(failures: dict[str, str]) -> str:

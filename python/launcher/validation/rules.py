@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from launcher.validation.problems import Problem
+from launcher.validation.problems import Problem, Severity
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -190,6 +190,42 @@ def hf_values_match(path: str, cfg: Mapping[str, Any], ds: DeepSpeedFacts | None
     return problems
 
 
+# ddp_timeout (seconds) is how long a rank waits in one collective before it fails; a rank stuck in a
+# collective (a peer's GPU hang, a half-dead link) idles every node this long. Above DDP_TIMEOUT_WARN_S
+# validation warns and recommends DDP_TIMEOUT_RECOMMENDED_S: above the longest wait between two collectives
+# of a normal run (a ZeRO-3 checkpoint save, an evaluation pass, the main process tokenizing the dataset while
+# the others wait: preprocess a dataset that takes longer once, with tokenized_path), short enough that a hang
+# ends the run within the hour (docs/validation.md "ddp-timeout-hides-hangs").
+DDP_TIMEOUT_WARN_S = 7200
+DDP_TIMEOUT_RECOMMENDED_S = 3600
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("years", 365 * 86400), ("days", 86400), ("h", 3600)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds / 60:.0f} min"
+
+
+def ddp_timeout_hides_hangs(path: str, cfg: Mapping[str, Any], ds: DeepSpeedFacts | None) -> list[Problem]:
+    """A ``ddp_timeout`` far above a hang window lets a stuck collective idle the cluster (warning)."""
+    del ds
+    value = cfg.get("ddp_timeout")
+    if not isinstance(value, int | float) or isinstance(value, bool) or value <= DDP_TIMEOUT_WARN_S:
+        return []
+    return [
+        Problem(
+            path,
+            "ddp_timeout",
+            f"{value} s ({_duration(float(value))}): a rank stuck in a collective would idle every node that "
+            f"long before anything fails; set {DDP_TIMEOUT_RECOMMENDED_S} (1 h), above the longest wait of a "
+            f"normal run (checkpoint save, evaluation, dataset tokenizing)",
+            "ddp-timeout-hides-hangs",
+            Severity.WARNING,
+        )
+    ]
+
+
 LLAMAFACTORY_RULES: tuple[Callable[[str, Mapping[str, Any], DeepSpeedFacts | None], list[Problem]], ...] = (
     pure_bf16_zero3,
     predict_with_generate_zero3,
@@ -197,6 +233,7 @@ LLAMAFACTORY_RULES: tuple[Callable[[str, Mapping[str, Any], DeepSpeedFacts | Non
     optimizer_tricks_deepspeed,
     bf16_and_fp16_yaml,
     hf_values_match,
+    ddp_timeout_hides_hangs,
 )
 
 

@@ -10,6 +10,7 @@ of the host's GPU profile, read from ``/etc/mift-testdouble/gpu-profile``.
 Layout written under OUT (served as http://controller:8080/amd/)::
 
     rocm/rocm.gpg.key                                   armored public TEST key (throwaway)
+    rocm/rocm.gpg.key.fingerprint                       its fingerprint (test inventories allow it)
     rocm/apt/<rocm>/dists/{jammy,noble}/...             rocm, rocm-core, rocminfo, rocm-smi-lib, ...
     graphics/<rocm>/ubuntu/dists/{jammy,noble}/...      libdrm-amdgpu1 (needed by hip-runtime-amd)
     amdgpu/<driver>/ubuntu/dists/{jammy,noble}/...      amdgpu-dkms, amdgpu-dkms-firmware
@@ -134,19 +135,32 @@ class Pkg:
     prerm: str | None = None
 
 
-def version_map() -> dict[str, str]:
-    """ROCm -> amdgpu driver versions, read from the rocm role so both stay one table."""
+def _yaml_map(name: str) -> dict[str, str]:
+    """A flat "X": "Y" map of the rocm role's vars/main.yml (read as text: no YAML library needed)."""
     text = VERSION_MAP_FILE.read_text(encoding="utf-8")
-    block = text.split("_rocm_driver_versions:", 1)[1]
+    if f"\n{name}:" not in text:
+        return {}
+    block = text.split(f"\n{name}:", 1)[1]
     pairs: dict[str, str] = {}
     for line in block.splitlines()[1:]:
         match = re.match(r'^\s+"([\d.]+)":\s*"([\d.]+)"', line)
         if not match:
             break
         pairs[match.group(1)] = match.group(2)
+    return pairs
+
+
+def version_map() -> dict[str, str]:
+    """ROCm -> amdgpu driver versions, read from the rocm role so both stay one table."""
+    pairs = _yaml_map("_rocm_driver_versions")
     if not pairs:
         sys.exit(f"no _rocm_driver_versions map in {VERSION_MAP_FILE}")
     return pairs
+
+
+def graphics_map() -> dict[str, str]:
+    """ROCm -> graphics release where AMD published them apart (7.2.2 -> 7.2.1); else the ROCm release."""
+    return _yaml_map("_rocm_graphics_versions")
 
 
 def full_version(ver: str) -> str:
@@ -428,11 +442,22 @@ def main() -> int:
     (args.out / "rocm").mkdir(parents=True)
     key = subprocess.run([*gpg, "--armor", "--export", KEY_UID], check=True, capture_output=True).stdout
     (args.out / "rocm" / "rocm.gpg.key").write_bytes(key)
-    trees: list[tuple[Path, list[Pkg], tuple[str, ...]]] = []
+    # Its fingerprint, for the test inventories' rocm_apt_key_fingerprints (the role refuses any other key).
+    colons = subprocess.run(
+        [*gpg, "--with-colons", "--fingerprint", KEY_UID], check=True, capture_output=True, text=True
+    ).stdout
+    fpr = next(line.split(":")[9] for line in colons.splitlines() if line.startswith("fpr:"))
+    (args.out / "rocm" / "rocm.gpg.key.fingerprint").write_text(fpr + "\n", encoding="utf-8")
+    # One tree per path: releases may share a driver (7.2.1 and 7.2.2: 30.30.1) or a graphics tree (7.2.2 uses
+    # graphics/7.2.1), and only the graphics trees AMD published exist (no graphics/7.2.2).
+    graphics = graphics_map()
+    found: dict[Path, tuple[list[Pkg], tuple[str, ...]]] = {}
     for ver, drv in version_map().items():
-        trees.append((args.out / "rocm" / "apt" / ver, rocm_packages(ver), ("amd64",)))
-        trees.append((args.out / "graphics" / ver / "ubuntu", graphics_packages(ver), ("amd64", "i386")))
-        trees.append((args.out / "amdgpu" / drv / "ubuntu", amdgpu_packages(drv), ("amd64", "i386")))
+        gfx = graphics.get(ver, ver)
+        found.setdefault(args.out / "rocm" / "apt" / ver, (rocm_packages(ver), ("amd64",)))
+        found.setdefault(args.out / "graphics" / gfx / "ubuntu", (graphics_packages(gfx), ("amd64", "i386")))
+        found.setdefault(args.out / "amdgpu" / drv / "ubuntu", (amdgpu_packages(drv), ("amd64", "i386")))
+    trees = [(base, pkgs, archs) for base, (pkgs, archs) in found.items()]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         built = {
             base: list(pool.map(lambda p, b=base: build_deb(p, b / "pool" / "main"), pkgs))

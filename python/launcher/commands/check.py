@@ -1,0 +1,56 @@
+"""``check JOB``: accept the job's nodes and the links between them before a run (launcher.fabric.check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import argparse
+
+    from launcher.exit_codes import ExitCode
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Add the ``check`` subcommand."""
+    from launcher.fabric import links  # noqa: PLC0415
+
+    p = subparsers.add_parser(
+        "check",
+        help="accept the job's nodes and links (fabric env, RDMA ports, GPUs, all-reduce per pair)",
+        description=(
+            "Probe every node of the job (read-only), derive its NCCL/Gloo environment, judge its RDMA "
+            "ports, GID index, ECC, PCIe and firmware, then measure the all-reduce bandwidth of each pair "
+            "of nodes and of the ring (gloo). One table of links, slow ones flagged, one line per bad node "
+            "or link. Links are cached per boot and node set. Exit code: 0 passed, 1 something is bad, 2 "
+            "bad input."
+        ),
+    )
+    p.add_argument("job", type=Path, help="job spec (its hosts, env and fabric policy)")
+    p.add_argument("-i", "--inventory", type=Path, default=None, help="Ansible inventory")
+    p.add_argument("--fresh", action="store_true", help="measure the links even when this boot has a result")
+    p.add_argument(
+        "--min-gbs",
+        type=float,
+        default=links.MIN_GBS,
+        help=f"a link below this bus bandwidth (GB/s) is slow whatever the others do ({links.MIN_GBS})",
+    )
+    p.add_argument(
+        "--size-mb", type=float, default=links.SIZE_MB, help=f"MiB per all-reduce (default {links.SIZE_MB:g})"
+    )
+    p.add_argument("--no-gpu-tools", action="store_true", help="do not run amd-smi on the nodes")
+    p.set_defaults(func=_cmd_check)
+    return p
+
+
+def _cmd_check(args: argparse.Namespace) -> ExitCode:
+    from launcher.fabric.check import run_check  # noqa: PLC0415
+
+    return run_check(
+        args.job,
+        inventory=args.inventory,
+        fresh=args.fresh,
+        min_gbs=args.min_gbs,
+        size_mb=args.size_mb,
+        gpu_tools=not args.no_gpu_tools,
+    )

@@ -1,0 +1,193 @@
+"""``launcher check``: accept a job's nodes and the links between them before a run.
+
+1. Preflight's probe on every node (read-only; with ``--gpu-tools``: what amd-smi prints).
+2. Each node's fabric environment (:mod:`launcher.fabric.env`): a missing interface or settings that differ
+   across nodes are refused here, one line naming the node, as ``run`` would.
+3. Per node: :func:`launcher.fabric.accept.accept_nodes` (RDMA ports, GID indexes, ECC, PCIe, firmware).
+4. Across nodes: the all-reduce bandwidth of every pair and the ring (``playbooks/check_allreduce.yml``,
+   gloo over the derived ``GLOO_SOCKET_IFNAME``), judged by :func:`launcher.fabric.links.judge`; served from
+   the cache of this boot and node set unless ``fresh``.
+
+Prints the node table, the table of links, one ``bad:`` line per bad node or link, then one summary line with
+the time taken. Exit code: 0 when nothing is bad, 1 otherwise (2: bad input).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from launcher.exceptions import ConfigurationError
+from launcher.exit_codes import JOB_FAILED, OK, ExitCode
+from launcher.fabric import links
+from launcher.fabric.accept import accept_nodes
+
+if TYPE_CHECKING:
+    from launcher.fabric.env import NodeFabric
+    from launcher.jobspec import JobSpec
+    from launcher.preflight import NodeFacts
+    from launcher.runner import PlaybookRunner
+
+# the rounds' ports start here, above the job's master_port (nothing of the job runs during a check)
+PORT_OFFSET = 10
+
+
+def allreduce_source() -> str:
+    """Return the controller path of the node script of the all-reduce rounds."""
+    return str(resources.files("launcher") / "data" / "mift_allreduce.py")
+
+
+def _node_line(fabric: NodeFabric, env: dict[str, str]) -> str:
+    rdma = (
+        f"rdma {env.get('NCCL_IB_HCA', '')} gid {env.get('NCCL_IB_GID_INDEX', '-')}"
+        if fabric.transport == "rdma"
+        else f"sockets ({fabric.why_socket})"
+    )
+    return f"{fabric.host:<12} {env.get('NCCL_SOCKET_IFNAME', '-'):<10} {rdma}"
+
+
+def measure_links(
+    runner: PlaybookRunner,
+    spec: JobSpec,
+    facts: NodeFacts,
+    envs: dict[str, dict[str, str]],
+    *,
+    size_mb: float,
+) -> list[links.LinkResult]:
+    """Run the all-reduce rounds on the nodes; return one result per round."""
+    planned = links.rounds(facts.hosts, spec.master_port + PORT_OFFSET)
+    venv = spec.node_venv or "/opt/mift/venv"
+    pythons = {h: str((facts.torch.get(h) or {}).get("python") or f"{venv}/bin/python3") for h in facts.hosts}
+    result = runner.run(
+        "check_allreduce",
+        {
+            "mift_hosts": ",".join(facts.hosts),
+            "mift_allreduce_src": allreduce_source(),
+            "mift_check_python": pythons,
+            "mift_check_env": envs,
+            "mift_check_spec": {
+                "addrs": dict(facts.train_address),
+                "rounds": planned,
+                "size_mb": size_mb,
+                "iters": links.ITERS,
+                "timeout_s": links.ROUND_TIMEOUT_S,
+            },
+        },
+        timeout=links.ROUND_TIMEOUT_S * (len(planned) + 1),
+    )
+    if result.failures and not result.reports:
+        host, line = next(iter(result.failures.items()))
+        raise ConfigurationError(f"{host}: all-reduce test failed: {line}")
+    return links.merge({h: r.get("allreduce") for h, r in result.reports.items()}, planned)
+
+
+def _links(
+    runner: PlaybookRunner,
+    spec: JobSpec,
+    facts: NodeFacts,
+    envs: dict[str, dict[str, str]],
+    *,
+    fresh: bool,
+    min_gbs: float,
+    size_mb: float,
+) -> tuple[list[str], list[str], str]:
+    """Return the table of links, one line per bad node or link, and where the figures came from (the cache
+    of this boot and node set, unless ``fresh``, else measured now and cached)."""
+    key = links.cache_key(facts.hosts, facts.train_address, facts.probe)
+    record = links.load(key) if key is not None and not fresh else None
+    t_links = time.monotonic()
+    if record is not None:
+        results = links.results_of(record)
+        age = time.time() - float(record.get("measured_at") or 0)
+        how = f"links served from the cache ({links.cache_dir() / str(key)}.json, measured {age:.0f} s ago)"
+    else:
+        results = measure_links(runner, spec, facts, envs, size_mb=size_mb)
+        how = f"links measured in {time.monotonic() - t_links:.1f} s"
+    verdict = links.judge(results, min_gbs=min_gbs)
+    if record is None and key is not None:
+        links.save(key, facts.hosts, verdict, nproc_per_node=facts.nproc_per_node)
+    return links.table(verdict), list(verdict.bad), how
+
+
+def run_check(
+    job_path: Path,
+    *,
+    inventory: Path | None,
+    fresh: bool = False,
+    min_gbs: float = links.MIN_GBS,
+    size_mb: float = links.SIZE_MB,
+    gpu_tools: bool = True,
+    out: IO[str] | None = None,
+) -> ExitCode:
+    """Check the job's nodes and links; print the tables and one line per bad node or link."""
+    from launcher import runner as runner_module  # noqa: PLC0415
+    from launcher.engine.load import load_job  # noqa: PLC0415
+    from launcher.engine.plan import fabric_of  # noqa: PLC0415
+    from launcher.fabric.env import node_fabric  # noqa: PLC0415
+    from launcher.inventory import check_hosts  # noqa: PLC0415
+    from launcher.nodeenv import render_node_env  # noqa: PLC0415
+    from launcher.preflight import run_preflight  # noqa: PLC0415
+
+    out = out or sys.stdout
+    t0 = time.monotonic()
+    inv = inventory.resolve() if inventory else None
+    job = load_job(job_path)
+    spec = job.spec
+    if spec.slurm.login_only:
+        raise ConfigurationError(f"{job_path}: check: not with slurm.shared_dir (the nodes are Slurm's)")
+    check_hosts(spec, inv, job_path)
+    run_id = time.strftime("check-%Y%m%d-%H%M%S")
+    workdir = Path(tempfile.mkdtemp(prefix="mift-check-"))
+    runner = runner_module.PlaybookRunner(workdir, inventory=inv)
+    facts = run_preflight(runner, spec, run_id, probe_args=["--gpu-tools"] if gpu_tools else [])
+    derived = fabric_of(spec, facts)
+    envs = render_node_env(
+        spec,
+        hosts=facts.hosts,
+        master_addr=facts.train_address[facts.master],
+        nproc_per_node=facts.nproc_per_node,
+        run_id=run_id,
+        node_env=facts.node_env,
+        fabric_env=derived,
+    )
+    print(f"{'node':<12} {'interface':<10} transport", file=out)
+    for host in facts.hosts:
+        net = facts.probe[host].get("net") or {}
+        print(_node_line(node_fabric(host, facts.train_address[host], net), envs[host]), file=out)
+    releases = {h: _rocm_release(facts.stack.get(h) or {}) for h in facts.hosts}
+    accepted = accept_nodes(facts.hosts, facts.train_address, facts.probe, releases)
+    bad = list(accepted.bad)
+    how = "one node: no links"
+    if len(facts.hosts) > 1:
+        lines, link_bad, how = _links(
+            runner, spec, facts, envs, fresh=fresh, min_gbs=min_gbs, size_mb=size_mb
+        )
+        print("", file=out)
+        for line in lines:
+            print(line, file=out)
+        bad.extend(link_bad)
+    for note in [*facts.notes, *accepted.notes]:
+        print(f"note: {note}", file=out)
+    for warning in facts.warnings:
+        print(f"warning: {warning}", file=out)
+    for line in bad:
+        print(f"bad: {line}", file=out)
+    verdict_word = f"{len(bad)} bad" if bad else "passed"
+    print(
+        f"check: {len(facts.hosts)} nodes, {verdict_word}; {how}; total {time.monotonic() - t0:.1f} s",
+        file=out,
+        flush=True,
+    )
+    return JOB_FAILED if bad else OK
+
+
+def _rocm_release(stack: dict[str, Any]) -> str | None:
+    for key in ("rocm_version", "rocm"):
+        value = stack.get(key) or (stack.get("versions") or {}).get(key)
+        if value:
+            return str(value)
+    return None

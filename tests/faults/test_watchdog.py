@@ -1,0 +1,155 @@
+"""The progress watchdog on 2 test hosts: a trainer that stops making progress (SIGSTOP) ends the run as
+``stalled`` within its window, naming the node, with stack dumps of every trainer process in the run
+directory; a slow checkpoint save and a slow first step (both injected) are no stall.
+
+The slowness is injected by ``inject/sitecustomize.py`` (a TEST DOUBLE, put first on the trainer's
+PYTHONPATH through the job spec's ``env``): HF's Trainer sleeps in its first ``training_step`` or its first
+``_save_checkpoint``.
+The windows are short (job spec ``watchdog``), so that each case takes about 2 minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mift_testsupport.cluster import Cluster
+from mift_testsupport.launcher import finish
+
+from .conftest import HOSTS
+from .test_faults import LONG_STEPS, _worker_pid
+
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+
+INJECT_DIR = "/opt/mift-faults/inject"
+INJECT = Path(__file__).resolve().parent / "inject" / "sitecustomize.py"
+# short windows: 20 s between steps (the tiny model steps every 1-3 s here), 5 minutes for the first step (the
+# trainer's start-up on the shared 2 cores), 60 s for a save
+WATCHDOG = {"k": 5, "floor_s": 20, "first_step_s": 300, "save_s": 60, "eval_s": 60}
+SLOW_S = 45  # the injected slowness: more than the 20 s step window, less than first_step_s and save_s
+# the stall is seen at the first poll after the window ran out: a poll period (2 s) and a poll's own time
+# (ansible-playbook on the loaded 2 cores: up to ~10 s) after it
+POLL_SLACK_S = 15.0
+ENV = {"OMP_NUM_THREADS": 1, "DS_ACCELERATOR": "cpu"}
+
+
+def _install_injection(cluster: Cluster) -> None:
+    text = INJECT.read_text()
+    for host in HOSTS:
+        cluster.ssh(
+            host,
+            f"mkdir -p {INJECT_DIR} && printf %s {shlex.quote(text)} > {INJECT_DIR}/sitecustomize.py",
+        )
+
+
+def _host_step(cluster: Cluster, host: int, run_id: str) -> int:
+    tail = cluster.ssh(
+        host, f"tail -n 1 /var/lib/mift/runs/{shlex.quote(run_id)}/output/trainer_log.jsonl", check=False
+    )
+    try:
+        return int(json.loads(tail).get("current_steps", 0))
+    except (ValueError, AttributeError):
+        return 0
+
+
+def _wait_host_step(cluster: Cluster, host: int, run_id: str, step: int, seconds: float = 600) -> int:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        seen = _host_step(cluster, host, run_id)
+        if seen >= step:
+            return seen
+        time.sleep(0.3)
+    raise AssertionError(f"host{host}: step {step} not logged within {seconds:.0f} s")
+
+
+def test_sigstop_of_a_trainer_ends_the_run_stalled(cluster: Cluster, fault_record: dict[str, Any]) -> None:
+    """SIGSTOP host2's training rank after step 3: stalled within the window, host2 named, stacks kept."""
+    fault_record.update(
+        case="stall-sigstop",
+        group="6 watchdog",
+        input=f"SIGSTOP to the training rank on host2 after its step 3; watchdog {WATCHDOG}",
+        expected="launcher exits 1, status stalled naming host2, within the window (+ one poll) of the "
+        "SIGSTOP; stack files of the trainer processes of both hosts in the run directory; no process left",
+    )
+    name = "faults-stall"
+    # recovery off: this case shows the stop that ends a stalled run (recovery, on by default, retries it)
+    job = cluster.job(name, max_steps=LONG_STEPS, env=ENV, watchdog=WATCHDOG, recovery={"max_restarts": 0})
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
+    run_id = cluster.wait_step(cluster.run_id_of(name), proc)
+    at = _wait_host_step(cluster, 2, run_id, 3)
+    pid = _worker_pid(cluster, 2, run_id)
+    cluster.ssh(2, f"kill -STOP {pid}")
+    stopped_at = time.time()
+    out = finish(proc, log, timeout=600)
+    left = cluster.wait_no_trainers(60)
+    rec = cluster.record(name)
+    stall = rec.get("stall") or {}
+    stalled_at = next((e["t"] for e in rec.get("timeline", []) if e["status"] == "stopping"), None)
+    took = stalled_at - stopped_at if stalled_at else None
+    run = cluster.run_dir(name)
+    stacks = {h: sorted(p.name for p in (run / "nodes" / f"host{h}").glob("stack-*.txt")) for h in HOSTS}
+    rank_stack = run / "nodes" / "host2" / f"stack-rank1-{pid}.txt"
+    rank_text = rank_stack.read_text() if rank_stack.is_file() else ""
+    fault_record["observed"] = (
+        f"SIGSTOP at host2 step {at}; launcher exit {proc.returncode}; status {rec.get('status')} "
+        f"({rec.get('result_reason')}); window {stall.get('window_s')} s, stalled {took:.1f} s after the "
+        f"SIGSTOP; stacks host1 {stacks[1]}, host2 {stacks[2]}; host2 rank stack py-spy "
+        f"{'ok' if 'py-spy dump --nonblocking (rc 0)' in rank_text else 'MISSING'}; no trainer process "
+        f"{left:.1f} s after the launcher ended"
+        if took is not None
+        else f"launcher exit {proc.returncode}; status {rec.get('status')}; timeline {rec.get('timeline')}"
+    )
+    print(fault_record["observed"])
+    assert proc.returncode == 1, out[-3000:]
+    assert rec.get("status") == "stalled", rec.get("timeline")
+    assert stall.get("lagging") == ["host2"], stall
+    assert took is not None and took <= float(stall["window_s"]) + POLL_SLACK_S, (took, stall)
+    assert all(stacks[h] for h in HOSTS), stacks
+    assert rank_text.startswith(f"pid {pid} state T rank 1"), rank_text[:300]
+    assert "py-spy dump --nonblocking (rc 0)" in rank_text and "Thread" in rank_text, rank_text[:2000]
+    assert not any(cluster.trainer_processes().values())
+
+
+@pytest.mark.parametrize(
+    ("slow", "variable"),
+    [("save", "MIFT_FAULTS_SLOW_SAVE_S"), ("first-step", "MIFT_FAULTS_SLOW_FIRST_STEP_S")],
+)
+def test_a_slow_save_or_first_step_is_no_stall(
+    slow: str, variable: str, cluster: Cluster, fault_record: dict[str, Any]
+) -> None:
+    """A checkpoint save or a first step slower than the step window: the run succeeds, no stall."""
+    fault_record.update(
+        case=f"no-stall-slow-{slow}",
+        group="6 watchdog",
+        input=f"a {SLOW_S} s sleep injected into the trainer's "
+        + ("first checkpoint save (save_steps 4 of 8 steps)" if slow == "save" else "first step")
+        + f"; watchdog {WATCHDOG}",
+        expected="run exits 0, status succeeded (no stall); the injected sleep ran",
+    )
+    _install_injection(cluster)
+    name = f"faults-slow-{slow}"
+    env = {**ENV, "PYTHONPATH": INJECT_DIR, variable: SLOW_S}
+    job = cluster.job(name, max_steps=8, save_steps=4, env=env, watchdog=WATCHDOG)
+    t0 = time.monotonic()
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=900)
+    took = time.monotonic() - t0
+    rec = cluster.record(name)
+    logs = "".join((p.read_text(errors="replace")) for p in cluster.run_dir(name).glob("nodes/*/trainer.log"))
+    slept = logs.count(f"mift-faults: slow {'checkpoint save' if slow == 'save' else 'first step'}")
+    window = next((line for line in out.stdout.splitlines() if line.startswith("watchdog:")), "")
+    fault_record["observed"] = (
+        f"run exit {out.returncode} after {took:.0f} s; status {rec.get('status')}"
+        f"{' (' + str(rec.get('result_reason')) + ')' if rec.get('result_reason') else ''}; "
+        f"injected sleeps seen in the trainer logs: {slept}; steps {rec.get('summary', {}).get('steps')}"
+    )
+    print(window)
+    print(fault_record["observed"])
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert rec.get("status") == "succeeded" and "stall" not in rec, rec.get("timeline")
+    assert slept >= 1, "the injected sleep never ran (PYTHONPATH/sitecustomize not picked up?)"
+    assert not any(cluster.trainer_processes().values())

@@ -1,0 +1,107 @@
+"""The node agent's side of the progress watchdog: what it reports (checkpoint, rank states), the stack dumps
+of ``stop --dump-stacks`` (on a SIGSTOPped process too), the flight recorder's files; with the fake trainer
+test double of test_agent.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+from test_agent import AGENT, agent, make_run, marked, wait_state
+
+sys.path.insert(0, str(AGENT.parent))
+import mift_agent  # the agent is a script: importable once its folder is on the path
+
+
+def test_checkpoint_fact_reports_the_newest_checkpoint_and_whether_it_is_complete(tmp_path: Path) -> None:
+    assert mift_agent.checkpoint_fact(tmp_path) is None
+    for step in (4, 12, 8):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-x").mkdir()
+    done = mift_agent.checkpoint_fact(tmp_path)
+    assert done is not None and done["step"] == 12 and done["complete"] is True
+    (tmp_path / "checkpoint-16" / "global_step16").mkdir(parents=True)
+    shard = tmp_path / "checkpoint-16" / "global_step16" / "shard.pt"
+    shard.write_bytes(b"x")
+    os.utime(shard, (2000.0, 2000.0))
+    saving = mift_agent.checkpoint_fact(tmp_path)
+    assert saving == {"step": 16, "complete": False, "mtime": 2000.0}
+
+
+def test_the_flight_recorder_files_go_into_the_run_dir_only_when_it_is_on(tmp_path: Path) -> None:
+    off: dict[str, str] = {}
+    mift_agent.flight_recorder_env(off, tmp_path)
+    assert off == {}
+    on = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/mine/pipe"}
+    mift_agent.flight_recorder_env(on, tmp_path)
+    assert on["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == str(tmp_path / "nccl-trace-rank")
+    assert on["TORCH_FR_DUMP_TEMP_FILE"] == on["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]
+    assert on["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] == "/mine/pipe"  # the job's own setting wins
+
+
+def test_poking_the_flight_recorder_writes_into_each_rank_pipe(tmp_path: Path) -> None:
+    pipe = tmp_path / "nccl-trace-pipe-rank0.pipe"
+    os.mkfifo(pipe)
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # the rank's end (ProcessGroupNCCL's DumpPipe)
+    try:
+        assert mift_agent.poke_flight_recorder(tmp_path) == [pipe.name]
+        assert os.read(reader, 8) == b"1"
+    finally:
+        os.close(reader)
+    assert mift_agent.poke_flight_recorder(tmp_path) == []  # no reader left: nothing to poke
+
+
+def _rank_run(tmp_path: Path, run_id: str) -> Path:
+    run_dir = make_run(tmp_path, run_id, "--steps", "1000", "--step-s", "0.2")
+    (run_dir / "env.json").write_text(json.dumps({"RANK": "1", "LOCAL_RANK": "0"}))
+    agent("start", str(run_dir))
+    wait_state(run_dir, {"running"})
+    return run_dir
+
+
+def test_status_reports_the_state_of_every_rank(tmp_path: Path) -> None:
+    run_dir = _rank_run(tmp_path, "w-ranks")
+    try:
+        time.sleep(0.5)
+        worker = max(marked(run_dir))
+        os.kill(worker, signal.SIGSTOP)
+        ranks = agent("status", str(run_dir))["watch"]["ranks"]
+        states = {r["pid"]: r["state"] for r in ranks}
+        assert states[worker] == "T"
+        assert {r["rank"] for r in ranks} == {"1"}
+    finally:
+        agent("stop", str(run_dir), "--grace", "1")
+
+
+def test_stop_with_dump_writes_the_stacks_of_a_stopped_process_then_stops_it(tmp_path: Path) -> None:
+    run_dir = _rank_run(tmp_path, "w-dump")
+    time.sleep(0.5)
+    worker = max(marked(run_dir))
+    os.kill(worker, signal.SIGSTOP)  # a rank stuck for good: nothing in it answers a signal
+    stopped = agent("stop", str(run_dir), "--grace", "1", "--dump-stacks")
+    assert stopped["ok"] and stopped["left"] == [] and marked(run_dir) == []
+    assert f"stack-rank1-{worker}.txt" in stopped["stacks"]
+    text = (run_dir / f"stack-rank1-{worker}.txt").read_text()
+    assert text.startswith(f"pid {worker} state T rank 1 local_rank 0")
+    assert f"thread {worker} (python" in text  # the kernel's view of every thread
+    if (Path(sys.executable).parent / "py-spy").exists() or shutil.which("py-spy"):  # the agent's lookup
+        assert "py-spy dump --nonblocking (rc 0)" in text and "main (fake_trainer.py:" in text, text
+    else:
+        assert "py-spy: not installed in the node venv nor on PATH" in text, text
+    archive = Path(agent("collect", str(run_dir))["archive"])
+    with tarfile.open(archive) as tar:
+        assert f"stack-rank1-{worker}.txt" in tar.getnames()
+
+
+def test_a_plain_stop_writes_no_stacks(tmp_path: Path) -> None:
+    run_dir = _rank_run(tmp_path, "w-plain")
+    stopped = agent("stop", str(run_dir), "--grace", "1")
+    assert stopped["ok"] and "stacks" not in stopped
+    assert list(run_dir.glob("stack-*")) == []
