@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from launcher.engine.attempts import attempt_lines
 from launcher.follow import render_table
 from launcher.telemetry import gpu_lines
 
@@ -121,3 +120,29 @@ def staging_lines(record: dict[str, Any]) -> list[str]:
         what = ", ".join(f"{h} {files(s['files'])} {human(s['bytes'])}" for h, s in sent.items()) or "nothing"
         lines.append(f"  staged  sent {what} in {staging.get('seconds', '-')} s")
     return lines
+
+
+def attempt_lines(record: dict[str, Any]) -> list[str]:
+    """Return one line per attempt (for ``status`` and the final report); none for a run of one attempt
+    that no failure ended."""
+    attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
+    if len(attempts) < 2 and not any(a.get("kind") for a in attempts):
+        return []
+    lines = []
+    for a in attempts:
+        start = _clock(a.get("started_at"))
+        stop = _clock(a.get("ended_at")) if a.get("ended_at") else "..."
+        resume = a.get("resume_step")
+        frm = f"from checkpoint-{resume}" if isinstance(resume, int) else "from step 0"
+        why = f" {a['kind']}:" if a.get("kind") else ""
+        why += f" {a['reason']}" if a.get("reason") else ""
+        decision = f" -> {a['decision']}" if a.get("decision") else ""
+        lines.append(
+            f"  attempt {a.get('attempt')}  {a.get('state')}  {start}-{stop}  nodes "
+            f"{','.join(a.get('hosts') or []) or '-'}  {frm}{why}{decision}"
+        )
+    return lines
+
+
+def _clock(t: object) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(float(t))) if isinstance(t, int | float) else "?"

@@ -12,12 +12,12 @@ import pytest
 from test_engine_defects import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 
 from launcher import recovery
-from launcher.engine.attempts import attempt_lines
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import RecoveryPolicy, parse_job_spec
 from launcher.main import cli
 from launcher.metrics import summarize
 from launcher.recovery import Failure, classify, decide
+from launcher.report import attempt_lines
 from launcher.runner import PlaybookResult
 
 # torchrun's report of a rank killed by SIGKILL (the lines the agent reports as failure_lines)
