@@ -156,7 +156,7 @@ def _ours(pid: int | None, key: str) -> bool:
 
 
 def _signal_all(pgid: int | None, key: str, sig: int) -> None:
-    if _ours(pgid, key):
+    if pgid is not None and _ours(pgid, key):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
     for pid in marked_pids(key):
