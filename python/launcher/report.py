@@ -51,7 +51,7 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     if summary.get("gpu_png"):
         lines.append(f"  GPU plot    {run.path / 'gpu.png'}")
     lines.append(
-        f"  run dir     {run.path}  (node logs in nodes/<host>/trainer.log, per rank nodes/<host>/rank<N>.*.log)"
+        f"  run dir     {run.path}  (node logs in nodes/<host>/trainer.log, each rank's in rank<N>.*.log)"
     )
     return lines
 

@@ -244,11 +244,11 @@ def held_ranks(hosts: Sequence[str], nodes: Mapping[str, Mapping[str, Any]]) -> 
         for rank in _watch(nodes.get(host, {})).get("ranks") or []:
             state = str(rank.get("state", "")) if isinstance(rank, dict) else ""
             if state in HOLDING_STATES:
-                local = rank.get("local_rank")
-                held.setdefault(host, {})[rank_label(host, rank.get("rank", "?"))] = (
-                    f"{host}/rank {rank.get('rank', '?')} (pid {rank.get('pid', '?')}) {HOLDING_STATES[state]}"
-                    + (f" (local rank {local})" if local not in (None, "") else "")
-                )
+                local, number = rank.get("local_rank"), rank.get("rank", "?")
+                what = f"{host}/rank {number} (pid {rank.get('pid', '?')}) {HOLDING_STATES[state]}"
+                if local not in (None, ""):
+                    what += f" (local rank {local})"
+                held.setdefault(host, {})[rank_label(host, number)] = what
     return held
 
 
@@ -361,9 +361,9 @@ class ProgressWatch:
         if not self.options.enabled or quiet <= window.seconds:
             return None
         who, why = lagging(self.hosts, nodes)
-        held = held_ranks(who, nodes)
-        ranks = tuple(label for host in who for label in held.get(host, {}))
-        lines = [line for by_host in held.values() for line in by_host.values()]
+        holding = held_ranks(who, nodes)
+        ranks = tuple(label for host in who for label in holding.get(host, {}))
+        lines = [line for by_host in holding.values() for line in by_host.values()]
         if lines and lines[0] not in why:  # named by its step: say which of its ranks holds it up too
             why += "; " + "; ".join(lines)
         return Stall(quiet, window, self.step, who, why, ranks)

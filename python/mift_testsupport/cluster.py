@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from mift_testsupport.rig import Rig
 
 
-# trainer processes per test host in the launcher e2e and faults suites (gloo on CPU): more than one, as a real
-# MI300X node runs 8, so that local ranks, per-rank logs and stack dumps and "which rank on which node" are
-# exercised; no more, the CI machine has 2 cores
+# trainer processes per test host in the launcher e2e and faults suites (gloo on CPU): more than one, as a
+# real MI300X node runs 8, so that local ranks, per-rank logs and stack dumps and "which rank on which node"
+# are exercised; no more, the CI machine has 2 cores
 RANKS_PER_HOST = 2
 
 

@@ -106,11 +106,11 @@ def test_sigstop_of_a_trainer_ends_the_run_stalled(cluster: Cluster, fault_recor
     fault_record.update(
         case="stall-sigstop",
         group="6 watchdog",
-        input=f"{len(HOSTS)} hosts x {RANKS_PER_HOST} ranks; SIGSTOP to host2's last local rank after its step 3; "
-        f"watchdog {WATCHDOG}",
-        expected="launcher exits 1, status stalled naming host2 and the stopped rank (host2/rankN), within the "
-        f"window (+ one poll) of the SIGSTOP; one stack file per rank ({world}) in nodes/<host>/; per-rank logs "
-        "kept; no process left",
+        input=f"{len(HOSTS)} hosts x {RANKS_PER_HOST} ranks; SIGSTOP to host2's last local rank after its "
+        f"step 3; watchdog {WATCHDOG}",
+        expected="launcher exits 1, status stalled naming host2 and the stopped rank (host2/rankN), within "
+        f"the window (+ one poll) of the SIGSTOP; one stack file per rank ({world}) in nodes/<host>/; "
+        "per-rank logs kept; no process left",
     )
     name = "faults-stall"
     job = cluster.job(name, max_steps=LONG_STEPS, env=ENV, watchdog=WATCHDOG)
@@ -136,11 +136,11 @@ def test_sigstop_of_a_trainer_ends_the_run_stalled(cluster: Cluster, fault_recor
     rank_logs = sorted(p.relative_to(run).as_posix() for p in run.glob("nodes/*/rank*.stderr.log"))
     status = cluster.run("status", run_id)
     fault_record["observed"] = (
-        f"SIGSTOP to host2/rank{rank} (local rank {local}, pid {pid}) at host2 step {at}; launcher exit "
-        f"{proc.returncode}; status {rec.get('status')} ({rec.get('result_reason')}); window "
+        f"SIGSTOP to host2/rank{rank} (local rank {local}, pid {pid}) after host2 logged step {at}; "
+        f"launcher exit {proc.returncode}; status {rec.get('status')} ({rec.get('result_reason')}); window "
         f"{stall.get('window_s')} s, stalled {took:.1f} s after the SIGSTOP; lagging {stall.get('lagging')} "
         f"ranks {stall.get('lagging_ranks')}; stack files by rank: host1 {stacks[1]}, host2 {stacks[2]}; "
-        f"host2/rank{rank} stack py-spy {'ok' if 'py-spy dump --nonblocking (rc 0)' in rank_text else 'MISSING'}; "
+        f"host2/rank{rank} stack py-spy {'ok' if 'py-spy dump --nonblocking (rc 0)' in rank_text else 'NO'}; "
         f"per-rank logs {rank_logs}; no trainer process {left:.1f} s after the launcher ended"
         if took is not None
         else f"launcher exit {proc.returncode}; status {rec.get('status')}; timeline {rec.get('timeline')}"
