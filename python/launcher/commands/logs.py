@@ -1,5 +1,5 @@
-"""``logs RUN [--node N | --rank N] [--follow]``: a node's trainer log (or one rank's lines of it), fetched from
-the node while the run is active."""
+"""``logs RUN [--node N | --rank N] [--follow]``: a node's trainer log (or one rank's lines of it), fetched
+from the node while the run is active."""
 
 from __future__ import annotations
 
