@@ -8,6 +8,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from launcher.job import Verdict
 from launcher.telemetry import WarningOnce
+from launcher.watchdog import HOLDING_STATES
 
 if TYPE_CHECKING:
     import threading
@@ -38,7 +39,7 @@ def ranks_cell(node: dict[str, Any], node_rank: int, nproc: int | None = None) -
             key=lambda r: int(r["rank"]) if str(r.get("rank", "")).isdigit() else -1,
         )
         return ",".join(
-            f"{r.get('rank', '?')}" + (f":{r['state']}" if r.get("state") in ("T", "t", "D") else "")
+            f"{r.get('rank', '?')}" + (f":{r['state']}" if r.get("state") in HOLDING_STATES else "")
             for r in ranks
         )
     if not nproc:
