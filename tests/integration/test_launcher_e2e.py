@@ -66,6 +66,9 @@ def assert_succeeded(cluster: Cluster, name: str, out: subprocess.CompletedProce
     ranks = [(host, r) for host in (1, 2) for r in range((host - 1) * RANKS_PER_HOST, host * RANKS_PER_HOST)]
     assert logs == sorted(f"nodes/host{h}/rank{r}.stderr.log" for h, r in ranks), logs
     assert f"[rank{RANKS_PER_HOST} local0]: " in (run / "nodes" / "host2" / "trainer.log").read_text()
+    # the global batch counts every rank: micro-batch 1 x accumulation 1 x world size 4
+    total = f"Total train batch size (w. parallel, distributed & accumulation) = {2 * RANKS_PER_HOST}"
+    assert total in (run / "nodes" / "host1" / "trainer.log").read_text()
     assert "final loss" in out.stdout
     status = cluster.run("status", rec["run_id"])
     assert status.returncode == 0 and "succeeded" in status.stdout
