@@ -29,23 +29,22 @@ def _fmt(value: object, spec: str = "") -> str:
 
 
 def ranks_cell(node: dict[str, Any], node_rank: int, nproc: int | None = None) -> str:
-    """Return a node's global ranks: those its agent sees running (``2,3``; a rank stopped or in
-    uninterruptible sleep with its state: ``3:T``), else those its node rank and ``nproc`` give (``2-3``)."""
+    """Return a node's global ranks: ``2-3`` (from its node rank and ``nproc``) while its agent sees all of
+    them running or reports none; else the ranks its agent sees, one stopped or in uninterruptible sleep with
+    its state (``2,3:T``)."""
+    first = node_rank * (nproc or 0)
+    span = "-" if not nproc else str(first) if nproc == 1 else f"{first}-{first + nproc - 1}"
     watch = node.get("watch")
-    seen = watch.get("ranks") if isinstance(watch, dict) else None
-    if seen:
-        ranks = sorted(
-            (r for r in seen if isinstance(r, dict)),
-            key=lambda r: int(r["rank"]) if str(r.get("rank", "")).isdigit() else -1,
-        )
-        return ",".join(
-            f"{r.get('rank', '?')}" + (f":{r['state']}" if r.get("state") in HOLDING_STATES else "")
-            for r in ranks
-        )
-    if not nproc:
-        return "-"
-    first = node_rank * nproc
-    return str(first) if nproc == 1 else f"{first}-{first + nproc - 1}"
+    seen = [r for r in (watch.get("ranks") or []) if isinstance(r, dict)] if isinstance(watch, dict) else []
+    numbers = sorted(int(r["rank"]) for r in seen if str(r.get("rank", "")).isdigit())
+    held = any(r.get("state") in HOLDING_STATES for r in seen)
+    if not seen or (nproc and not held and numbers == list(range(first, first + nproc))):
+        return span
+    ranks = sorted(seen, key=lambda r: int(r["rank"]) if str(r.get("rank", "")).isdigit() else -1)
+    return ",".join(
+        f"{r.get('rank', '?')}" + (f":{r['state']}" if r.get("state") in HOLDING_STATES else "")
+        for r in ranks
+    )
 
 
 def node_row(host: str, rank: int, node: dict[str, Any], nproc: int | None = None) -> tuple[str, ...]:

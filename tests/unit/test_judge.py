@@ -94,3 +94,7 @@ def test_the_table_names_each_nodes_global_ranks() -> None:
     assert lines[1].split()[:4] == ["h1", "0", "0-1", "running"]
     assert lines[2].split()[:4] == ["h2", "1", "2,3:T", "running"]
     assert render_table(["h1", "h2"], {}, 1)[2].split()[:3] == ["h2", "1", "1"]
+    running = {"watch": {"ranks": [{"rank": "2", "state": "S"}, {"rank": "3", "state": "R"}]}}
+    assert render_table(["h1", "h2"], {"h2": running}, 2)[2].split()[2] == "2-3"  # all there: the span
+    one = {"watch": {"ranks": [{"rank": "3", "state": "S"}]}}
+    assert render_table(["h1", "h2"], {"h2": one}, 2)[2].split()[2] == "3"  # one gone: those seen
