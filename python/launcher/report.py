@@ -61,9 +61,7 @@ def stall_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     stall = record.get("stall")
     if not isinstance(stall, dict):
         return []
-    lagging = ", ".join(stall.get("lagging") or []) or "none named"
-    if stall.get("lagging_ranks"):
-        lagging += f" ({', '.join(stall['lagging_ranks'])})"
+    lagging = ", ".join(stall.get("lagging") or []) or "none named"  # lag_why names the held host/rank
     stacks = sorted(p.relative_to(run.path).as_posix() for p in run.nodes_dir.glob("*/stack-*.txt"))
     return [
         f"  stall       no progress for {_num(stall.get('since_progress_s'), '.0f')} s, window "
