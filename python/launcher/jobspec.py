@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from launcher.config_io import decode_text, load_yaml_text, read_config_bytes
 from launcher.exceptions import ConfigurationError
 from launcher.problems import Problem
-from launcher.validation.loading import decode_text, load_yaml_text, read_config_bytes
 from launcher.watchdog import WatchdogOptions
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)

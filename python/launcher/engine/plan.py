@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from launcher.config_io import parse_config
 from launcher.exceptions import ConfigurationError
 from launcher.nodeenv import render_node_env
 from launcher.problems import ConfigKind, FileReport
-from launcher.validation.loading import parse_config
 from launcher.watchdog import with_flight_recorder
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from launcher.engine.load import LoadedJob
     from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts
+    from launcher.validation.job import LoadedJob
 
 TRAIN_FILE = "train.yaml"
 DS_FILE = "ds_config.json"

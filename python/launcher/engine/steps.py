@@ -22,30 +22,31 @@ import yaml
 from launcher import runner as runner_module
 from launcher.backends import backend_of
 from launcher.engine.finish import finish
-from launcher.engine.load import load_job
 from launcher.engine.plan import TRAIN_FILE, RunPlan, build_plan, require_liger, validate_plan
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.inventory import check_hosts
-from launcher.job import Job, Verdict, agent_source
+from launcher.job import Job, agent_source
 from launcher.jobspec import mask_env
 from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
 from launcher.runs import RunDir, new_run_id
 from launcher.staging import YAML_KEYS, stage, stage_items, write_manifests
+from launcher.validation.job import load_job
+from launcher.verdict import Verdict
 from launcher.watchdog import ProgressWatch, Schedule
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from launcher.engine.load import LoadedJob
     from launcher.engine.plan import ResumeFrom
     from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts, NodePath
     from launcher.problems import FileReport
     from launcher.runner import PlaybookRunner
+    from launcher.validation.job import LoadedJob
 
 
 @contextlib.contextmanager
@@ -292,7 +293,7 @@ def probe_before_run(
     training = auto_plan(job, dict(job.train.data), facts)
     run.set_status("probing")
     workdir = run.path / "probe"
-    prober = LauncherProber(job, facts.master, inventory, workdir, out)
+    prober = LauncherProber(job, facts.master, inventory, workdir, out, run_job)
     prober.preflight = PreflightOnce(facts_of_host(facts, facts.master))  # checked a moment ago
     probed = run_probe(training, prober, clock=time.monotonic)
     assert probed.probe is not None
