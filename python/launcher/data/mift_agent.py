@@ -143,8 +143,23 @@ def marked_pids(key: str) -> list[int]:
     return sorted(found)
 
 
+def _ours(pid: int | None, key: str) -> bool:
+    """Return True when ``pid`` is a live process of this run (it carries the run's marker ``key``).
+
+    A pid read from the state file may name a process that ended long ago and whose pid now belongs to
+    another program (pids are reused; a busy node wraps ``pid_max`` quickly): only a process that carries the
+    marker is this run's, to signal or to count as its trainer."""
+    if not pid or not _alive(pid):
+        return False
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{MARKER}={key}".encode() in env.split(b"\0")
+
+
 def _signal_all(pgid: int | None, key: str, sig: int) -> None:
-    if pgid:
+    if pgid is not None and _ours(pgid, key):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
     for pid in marked_pids(key):
@@ -157,7 +172,7 @@ def sweep(pgid: int | None, key: str, grace: float) -> list[int]:
     _signal_all(pgid, key, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        if not marked_pids(key) and not (pgid and _alive(pgid)):
+        if not marked_pids(key) and not _ours(pgid, key):
             return []
         time.sleep(0.2)
     _signal_all(pgid, key, signal.SIGKILL)
@@ -680,7 +695,8 @@ def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
     if remote:
         trainer_alive = name == "running"
     else:
-        trainer_alive = _alive(state.get("pid"))
+        run_id = str(job.get("run_id") or "")
+        trainer_alive = bool(run_id) and _ours(state.get("pid"), agent_key(run_id, run_dir))
         if name == "running" and not _alive(state.get("supervisor_pid")):
             name = "running" if trainer_alive else "vanished"
     if name == "starting" and time.time() - float(state.get("started_at") or 0) > 60:
@@ -911,11 +927,11 @@ def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
     key = agent_key(run_id, run_dir)
     before = marked_pids(key)
     pgid = state.get("pid")
-    running = bool(before) or _alive(pgid)
+    running = bool(before) or _ours(pgid, key)
     stacks = dump_stacks(run_dir, job) if dump and running else []
     if running:
         (run_dir / "stop_requested").write_text(f"{_now()}\n")
-    left = sweep(pgid if _alive(pgid) else None, key, grace) if running else []
+    left = sweep(pgid, key, grace) if running else []
     # wait for the supervisor to record the end, so status reads "stopped" right after
     deadline = time.monotonic() + 5
     while running and time.monotonic() < deadline and _alive(state.get("supervisor_pid")):
