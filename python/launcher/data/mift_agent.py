@@ -14,7 +14,10 @@ holds, unpacked by ``start`` from the ``bundle.json`` the launch playbook copied
 and, written by this agent:
 
 * ``trainer.pid`` -- the trainer's pid (= its process group id)
-* ``trainer.log`` -- stdout and stderr of the trainer
+* ``trainer.log`` -- stdout and stderr of the trainer; torchrun tees every rank's lines into it, each line
+  prefixed ``[rankN localL]:`` (N: the global rank, L: the local rank)
+* ``ranks/`` -- torchrun's log folder: each local rank's ``stdout.log`` and ``stderr.log``; ``collect``
+  ships them as ``rank<N>.stdout.log`` and ``rank<N>.stderr.log``
 * ``state.json``  -- ``{"state", "pid", "supervisor_pid", "started_at", "ended_at", "rc"}``
 * ``rc``          -- the trainer's exit status once it ended
 * ``stop_requested`` -- present once ``stop`` was asked for
@@ -190,10 +193,42 @@ def _trainer_env(run_dir: Path, run_id: str) -> dict[str, str]:
     env.update({str(k): str(v) for k, v in extra.items()})
     env[MARKER] = agent_key(run_id, run_dir)
     flight_recorder_env(env, run_dir)
+    rank_log_env(env, run_dir)
     tunableop = env.get("PYTORCH_TUNABLEOP_FILENAME", "")
     if tunableop.startswith("/"):  # kept between runs: PyTorch writes it when the trainer ends
         Path(tunableop).parent.mkdir(parents=True, exist_ok=True)
     return env
+
+
+# torchrun's per-rank logs (each torchrun option has a PET_<OPTION> variable; LLaMA-Factory starts torchrun
+# itself): every local rank's stdout and stderr in RANK_LOG_DIR, teed to trainer.log with a prefix naming the
+# global and the local rank; the job spec's env wins
+RANK_LOG_DIR = "ranks"
+RANK_LOG_PREFIX = "[rank${rank} local${local_rank}]: "
+
+
+def rank_log_env(env: dict[str, str], run_dir: Path) -> None:
+    """Point torchrun's per-rank log files into the run directory and prefix the teed lines with the rank."""
+    env.setdefault("PET_LOG_DIR", str(run_dir / RANK_LOG_DIR))
+    env.setdefault("PET_TEE", "3")  # 3: stdout and stderr, to the files and to trainer.log
+    env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", RANK_LOG_PREFIX)
+
+
+def rank_logs(run_dir: Path) -> dict[str, Path]:
+    """Return ``rank<N>.<stream>.log`` -> torchrun's file for it (N = NODE_RANK x NPROC_PER_NODE + the local
+    rank: torchrun's static rendezvous; the newest attempt wins)."""
+    env = _read_json(run_dir / contract.ENV_FILE)
+    try:
+        first = int(env.get("NODE_RANK") or 0) * int(env.get("NPROC_PER_NODE") or 1)
+    except ValueError:
+        return {}
+    found: dict[str, Path] = {}
+    attempts = sorted((run_dir / RANK_LOG_DIR).glob("*/attempt_*"), key=lambda p: p.stat().st_mtime)
+    for attempt in attempts:
+        for log in sorted(attempt.glob("*/std*.log")):
+            if log.parent.name.isdigit() and log.name in ("stdout.log", "stderr.log"):
+                found[f"rank{first + int(log.parent.name)}.{log.name}"] = log
+    return found
 
 
 WATCH_PERIOD_S = 2.0
@@ -951,6 +986,8 @@ def cmd_collect(run_dir: Path, remote: bool = False) -> dict[str, Any]:
                     tar.add(folder / name, arcname=name)
         for path in watch_files(run_dir):
             tar.add(path, arcname=path.name)
+        for name, path in rank_logs(run_dir).items():
+            tar.add(path, arcname=name)
     tmp.chmod(0o600)
     tmp.replace(archive)
     return {"ok": True, "status": status, "outputs": outputs, "archive": str(archive), "gpu_after": gpu_after}
