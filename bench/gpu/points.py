@@ -86,13 +86,34 @@ def cmd_sampler(args: argparse.Namespace) -> None:
     run_dir = Path(args.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     sampler = mift_gpu.Sampler.for_job(run_dir, {"telemetry_period_s": args.period})
-    assert sampler is not None
+    assert sampler is not None and sampler.tool is not None
+    tool, calls = sampler.tool, []
+    plain_call = tool.call
+
+    def timed_call() -> list[dict[str, Any]]:  # the tool's own time per call, measured around it
+        began = time.perf_counter()
+        try:
+            return plain_call()
+        finally:
+            calls.append(time.perf_counter() - began)
+
+    tool.call = timed_call  # type: ignore[method-assign]
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     sampler.start()
     print("sampling", flush=True)
     signal.sigwait({signal.SIGTERM})
     sampler.stop()
-    print(json.dumps(mift_gpu.read_json(run_dir / mift_gpu.TELEMETRY_STATE)), flush=True)
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    state = mift_gpu.read_json(run_dir / mift_gpu.TELEMETRY_STATE)
+    cpu_s = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
+    state["call_ms"] = {
+        "n": len(calls),
+        "mean": round(1000 * statistics.mean(calls), 1) if calls else None,
+        "max": round(1000 * max(calls), 1) if calls else None,
+        "tool_cpu_ms_per_call": round(1000 * cpu_s / len(calls), 1) if calls else None,
+    }
+    print(json.dumps(state), flush=True)
 
 
 def _make_model(shape: str, device: str) -> LlamaForCausalLM:
@@ -240,9 +261,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _s: 1.0)
     gen = torch.Generator(device="cpu").manual_seed(0)
     tokens_per_step = args.micro * args.cutoff
+    # inputs made once, on the GPU: no host work in the timed steps but the model's
+    pool = torch.randint(0, VOCAB, (16, args.micro, args.cutoff), generator=gen).to(device)
+    count = [0]
 
     def step() -> tuple[float, float]:
-        ids = torch.randint(0, VOCAB, (args.micro, args.cutoff), generator=gen).to(device, non_blocking=True)
+        ids = pool[count[0] % len(pool)]
+        count[0] += 1
         start = time.perf_counter()
         with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=ids).loss
@@ -289,36 +314,44 @@ def cmd_train(args: argparse.Namespace) -> None:
             state = json.loads(out.strip().splitlines()[-1] or "{}")
             samples = state.get("samples")
             latest = state.get("latest")
+            call_ms = state.get("call_ms")
         else:
-            latest = None
+            latest = call_ms = None
         phase = {
             "sampling": label,
             "steps": len(times),
             "tokens_per_s": round(tokens_per_step * len(times) / sum(times), 1),
             "median_step_s": round(statistics.median(times), 4),
+            "tokens_per_s_median": round(tokens_per_step / statistics.median(times), 1),
             "max_step_s": round(max(times), 4),
             "tool_calls": samples,
+            "call_ms": call_ms,
             "latest_sample": latest,
             "last_loss": round(losses[-1], 4),
         }
         phases.append(phase)
         result("telemetry_phase", **phase)
-    by_mode: dict[str, list[float]] = {}
-    for phase in phases:
-        by_mode.setdefault(phase["sampling"], []).append(phase["tokens_per_s"])
-    off = statistics.mean(by_mode.get("off", [0.0])) or None
-    result(
-        "telemetry",
-        tokens_per_s={k: round(statistics.mean(v), 1) for k, v in by_mode.items()},
-        cost_pct={
-            k: round(100 * (1 - statistics.mean(v) / off), 2)
-            for k, v in by_mode.items()
-            if off and k != "off"
-        },
-        spread_off_pct=round(100 * (max(by_mode["off"]) - min(by_mode["off"])) / off, 2)
-        if off and len(by_mode.get("off", [])) > 1
-        else None,
-    )
+    for key in ("tokens_per_s", "tokens_per_s_median"):
+        by_mode: dict[str, list[float]] = {}
+        for phase in phases:
+            by_mode.setdefault(phase["sampling"], []).append(phase[key])
+        off = statistics.mean(by_mode.get("off", [0.0])) or None
+        result(
+            "telemetry",
+            of=key,
+            phases=len(phases),
+            mean={k: round(statistics.mean(v), 1) for k, v in by_mode.items()},
+            stdev_pct={
+                k: round(100 * statistics.stdev(v) / statistics.mean(v), 2)
+                for k, v in by_mode.items()
+                if len(v) > 1
+            },
+            cost_pct={
+                k: round(100 * (1 - statistics.mean(v) / off), 2)
+                for k, v in by_mode.items()
+                if off and k != "off"
+            },
+        )
     # #28: the checkpoint as the Trainer writes it, twice (the first save includes first-touch costs)
     folder = work / "out" / f"checkpoint-{steps_done}"
     saves = [_save_checkpoint(model, opt, sched, folder, steps_done) for _ in range(2)]

@@ -22,8 +22,9 @@ el() { echo "[$(($(date +%s) - t0)) s] $*"; }
 } >"$OUT/env.log" 2>&1
 el "env done"
 
+STEPS=" ${POINTS_STEPS:-check stacks train merge} "
 # 29: the per-node GPU check; nvidia-smi before and after (memory used, compute processes)
-{
+[[ $STEPS == *" check "* ]] && {
   q() { nvidia-smi --query-gpu=memory.used --format=csv,noheader; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader; }
   echo "--- before"; q
   echo "--- \$ python3 mift_gpu_check.py"
@@ -36,24 +37,28 @@ el "env done"
   echo "--- \$ python3 mift_gpu_check.py --min-tflops 2000 (a floor no H200 meets: the failing line)"
   python3 "$D/python/launcher/data/mift_gpu_check.py" --min-tflops 2000; echo "rc $?"
   echo "--- after"; q
-} >"$OUT/p29_check.log" 2>&1
-el "29 done"
+} >"$OUT/p29_check.log" 2>&1 && el "29 done"
 
 # 27: stack dumps of stuck processes
-timeout 120 python3 "$D/points.py" stacks --work "$W/stacks" >"$OUT/p27_stacks.log" 2>&1
-echo "rc $?" >>"$OUT/p27_stacks.log"
-el "27 stacks done"
+if [[ $STEPS == *" stacks "* ]]; then
+  timeout 120 python3 "$D/points.py" stacks --work "$W/stacks" >"$OUT/p27_stacks.log" 2>&1
+  echo "rc $?" >>"$OUT/p27_stacks.log"
+  el "27 stacks done"
+fi
 
 # 27 + 28: the sampler's cost on the 8B LoRA loop, then the checkpoint save/load
-timeout "${POINTS_TRAIN_S:-330}" python3 "$D/points.py" train --work "$W/train" --save-base \
-  --phase-s "${POINTS_PHASE_S:-30}" >"$OUT/p27_p28_train.log" 2>&1
-echo "rc $?" >>"$OUT/p27_p28_train.log"
-el "train done"
+if [[ $STEPS == *" train "* ]]; then
+  timeout "${POINTS_TRAIN_S:-330}" python3 "$D/points.py" train --work "$W/train" --save-base \
+    --phase-s "${POINTS_PHASE_S:-30}" --phases "${POINTS_PHASES:-off,30,1,off,30,1}" >"$OUT/p27_p28_train.log" 2>&1
+  echo "rc $?" >>"$OUT/p27_p28_train.log"
+  el "train done"
+fi
 
-# 31: merge (GNU time's maximum resident set size where /usr/bin/time exists)
-TIMEV=""; [ -x /usr/bin/time ] && TIMEV="/usr/bin/time -v" on the GPU, then on the CPU (each in a process of its own: its own peak)
-for dev in cuda cpu; do
-  $TIMEV timeout 120 python3 "$D/points.py" merge --device $dev --base "$W/train/base" \
+# 31: merge on the GPU, then on the CPU (each in a process of its own: its own peak; GNU time's maximum
+# resident set size too where /usr/bin/time exists)
+TIMEV=""; [ -x /usr/bin/time ] && TIMEV="/usr/bin/time -v"
+[[ $STEPS == *" merge "* ]] && for dev in cuda cpu; do
+  $TIMEV timeout $([ $dev = cpu ] && echo 150 || echo 120) python3 "$D/points.py" merge --device $dev --base "$W/train/base" \
     --adapter "$W/train/adapter" --out "$W/merged-$dev" >>"$OUT/p31_merge.log" 2>&1
   echo "rc $? ($dev)" >>"$OUT/p31_merge.log"
   rm -rf "$W/merged-$dev"
