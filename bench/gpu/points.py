@@ -87,15 +87,16 @@ def cmd_sampler(args: argparse.Namespace) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     sampler = mift_gpu.Sampler.for_job(run_dir, {"telemetry_period_s": args.period})
     assert sampler is not None and sampler.tool is not None
-    tool, calls = sampler.tool, []
+    tool, calls, spans = sampler.tool, [], []
     plain_call = tool.call
 
     def timed_call() -> list[dict[str, Any]]:  # the tool's own time per call, measured around it
-        began = time.perf_counter()
+        began, wall = time.perf_counter(), time.time()
         try:
             return plain_call()
         finally:
             calls.append(time.perf_counter() - began)
+            spans.append([wall, time.time()])
 
     tool.call = timed_call  # type: ignore[method-assign]
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -113,6 +114,7 @@ def cmd_sampler(args: argparse.Namespace) -> None:
         "max": round(1000 * max(calls), 1) if calls else None,
         "tool_cpu_ms_per_call": round(1000 * cpu_s / len(calls), 1) if calls else None,
     }
+    state["call_spans"] = spans
     print(json.dumps(state), flush=True)
 
 
@@ -221,6 +223,28 @@ def _load_checkpoint(
     }
 
 
+def _overlap(steps: list[tuple[float, float]], calls: list[list[float]], period: float) -> dict[str, Any]:
+    """Compare the steps that overlap a tool call with the others of the same phase (interleaved, so a slow
+    drift of the GPU's speed hits both alike): the extra step time per call, and that as a share of the
+    period (the sampler's cost at this period, and at 30 s)."""
+    hit = [b - a for a, b in steps if any(a < ce and cs < b for cs, ce in calls)]
+    clear = [b - a for a, b in steps if not any(a < ce and cs < b for cs, ce in calls)]
+    if not hit or len(clear) < 2 or not calls:
+        return {"hit": len(hit), "clear": len(clear)}
+    extra = (statistics.mean(hit) - statistics.mean(clear)) * len(hit) / len(calls)
+    return {
+        "hit": len(hit),
+        "clear": len(clear),
+        "hit_mean_s": round(statistics.mean(hit), 4),
+        "clear_mean_s": round(statistics.mean(clear), 4),
+        "hit_median_s": round(statistics.median(hit), 4),
+        "clear_median_s": round(statistics.median(clear), 4),
+        "extra_ms_per_call": round(1000 * extra, 2),
+        "cost_pct_at_this_period": round(100 * extra / period, 3),
+        "cost_pct_at_30s": round(100 * extra / 30.0, 4),
+    }
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     import torch  # noqa: PLC0415
     from peft import LoraConfig, get_peft_model  # noqa: PLC0415
@@ -300,10 +324,12 @@ def cmd_train(args: argparse.Namespace) -> None:
             )
             assert sampler.stdout is not None
             sampler.stdout.readline()  # "sampling": the baseline is taken
-        times, losses = [], []
+        times, losses, step_spans = [], [], []
         began = time.perf_counter()
         while time.perf_counter() - began < args.phase_s:
+            wall = time.time()
             took, loss = step()
+            step_spans.append((wall, wall + took))
             times.append(took)
             losses.append(loss)
         steps_done += len(times)
@@ -315,8 +341,9 @@ def cmd_train(args: argparse.Namespace) -> None:
             samples = state.get("samples")
             latest = state.get("latest")
             call_ms = state.get("call_ms")
+            overlap = _overlap(step_spans, state.get("call_spans") or [], float(label))
         else:
-            latest = call_ms = None
+            latest = call_ms = overlap = None
         phase = {
             "sampling": label,
             "steps": len(times),
@@ -326,6 +353,7 @@ def cmd_train(args: argparse.Namespace) -> None:
             "max_step_s": round(max(times), 4),
             "tool_calls": samples,
             "call_ms": call_ms,
+            "steps_during_a_call": overlap,
             "latest_sample": latest,
             "last_loss": round(losses[-1], 4),
         }

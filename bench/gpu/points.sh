@@ -48,7 +48,7 @@ fi
 
 # 27 + 28: the sampler's cost on the 8B LoRA loop, then the checkpoint save/load
 if [[ $STEPS == *" train "* ]]; then
-  timeout "${POINTS_TRAIN_S:-330}" python3 "$D/points.py" train --work "$W/train" --save-base \
+  timeout "${POINTS_TRAIN_S:-330}" python3 "$D/points.py" train --work "$W/train" ${POINTS_NO_BASE-"--save-base"} \
     --phase-s "${POINTS_PHASE_S:-30}" --phases "${POINTS_PHASES:-off,30,1,off,30,1}" >"$OUT/p27_p28_train.log" 2>&1
   echo "rc $?" >>"$OUT/p27_p28_train.log"
   el "train done"
