@@ -48,7 +48,8 @@ fi
 
 # 27 + 28: the sampler's cost on the 8B LoRA loop, then the checkpoint save/load
 if [[ $STEPS == *" train "* ]]; then
-  timeout "${POINTS_TRAIN_S:-330}" python3 "$D/points.py" train --work "$W/train" ${POINTS_NO_BASE-"--save-base"} \
+  base=(--save-base); [[ -n ${POINTS_NO_BASE+set} ]] && base=()  # POINTS_NO_BASE set: no base model saved
+  timeout "${POINTS_TRAIN_S:-330}" python3 "$D/points.py" train --work "$W/train" "${base[@]}" \
     --phase-s "${POINTS_PHASE_S:-30}" --phases "${POINTS_PHASES:-off,30,1,off,30,1}" >"$OUT/p27_p28_train.log" 2>&1
   echo "rc $?" >>"$OUT/p27_p28_train.log"
   el "train done"
@@ -56,9 +57,10 @@ fi
 
 # 31: merge on the GPU, then on the CPU (each in a process of its own: its own peak; GNU time's maximum
 # resident set size too where /usr/bin/time exists)
-TIMEV=""; [ -x /usr/bin/time ] && TIMEV="/usr/bin/time -v"
+timev=(); [ -x /usr/bin/time ] && timev=(/usr/bin/time -v)
 [[ $STEPS == *" merge "* ]] && for dev in cuda cpu; do
-  $TIMEV timeout $([ $dev = cpu ] && echo 150 || echo 120) python3 "$D/points.py" merge --device $dev --base "$W/train/base" \
+  limit=120; [ $dev = cpu ] && limit=150
+  "${timev[@]}" timeout $limit python3 "$D/points.py" merge --device $dev --base "$W/train/base" \
     --adapter "$W/train/adapter" --out "$W/merged-$dev" >>"$OUT/p31_merge.log" 2>&1
   echo "rc $? ($dev)" >>"$OUT/p31_merge.log"
   rm -rf "$W/merged-$dev"
