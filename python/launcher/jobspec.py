@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from launcher.exceptions import ConfigurationError
+from launcher.merge import MergeOptions
 from launcher.problems import Problem
 from launcher.validation.loading import decode_text, load_yaml_text, read_config_bytes
 from launcher.watchdog import WatchdogOptions
@@ -155,6 +156,9 @@ class Staging(_Strict):
     dataset_dir: StageSource | None = None
     # where the nodes keep their hash cache of staged files (node path)
     node_cache: str = "/var/lib/mift/stage-hashes.json"
+    # with model and dataset_dir staged: the first node tokenizes, every node gets the copy of the cache key
+    # (launcher/tokenize_once.py, docs/launcher.md "Tokenize once")
+    tokenize_once: bool = True
 
     @model_validator(mode="after")
     def _dataset_not_hub(self) -> Staging:
@@ -229,6 +233,8 @@ class JobSpec(_Strict):
     # the model and dataset folders every node gets, verified, before the start (docs/launcher.md "Staging")
     stage: Staging = Field(default_factory=Staging)
     fabric: FabricOptions = Field(default_factory=FabricOptions)
+    # after a successful run: merge the adapter into the base model and check it (launcher/merge.py)
+    merge: MergeOptions = Field(default_factory=MergeOptions)
 
     @field_validator("env")
     @classmethod
