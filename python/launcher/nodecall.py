@@ -41,6 +41,11 @@ def call(
 ) -> dict[str, Any]:
     """Run ``verb`` with ``request`` on the node; its stderr goes to ``log``. Never raises for the node's
     failure: the answer has ``ok`` false and ``error`` one line."""
+    from launcher.jobspec import RESERVED_ENV  # noqa: PLC0415
+
+    # the trainer's environment without the torchrun rendezvous: one process, no distributed start
+    env = {k: v for k, v in (request.get("env") or {}).items() if k not in RESERVED_ENV}
+    request = {**request, "env": env}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as err:
         try:

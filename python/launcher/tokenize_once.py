@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from launcher.staging import StageOutcome
 
 KEY_FORMAT = 1
+TOKENIZED_DIR_ENV = "MIFT_TOKENIZED_DIR"
 TOKENIZED_ROOT = "/var/lib/mift/tokenized"
 TOKENIZE_TIMEOUT_S = 6 * 3600.0
 # LLaMA-Factory 0.9.5's DataArguments that change the tokenized result (tests/unit/test_tokenize_once.py
@@ -186,9 +188,10 @@ def changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 def cache_folder() -> Path:
+    """The controller's tokenized copies: ``$MIFT_TOKENIZED_DIR``, else ``<cache root>/tokenized``."""
     from launcher.validation.cache import cache_root  # noqa: PLC0415
 
-    return cache_root() / "tokenized"
+    return Path(os.environ.get(TOKENIZED_DIR_ENV) or cache_root() / "tokenized")
 
 
 @dataclass(frozen=True)
