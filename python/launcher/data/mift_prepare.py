@@ -7,8 +7,9 @@ request on stdin, one JSON answer as the last line of stdout (everything the lib
     python3 -c "$(cat mift_prepare.py)" tokenize < request
         {"env", "args": the training YAML's keys, "dest", "stage"}: LLaMA-Factory's own data pipeline
         (``get_dataset``, the one the trainer runs) with ``tokenized_path`` a hidden partial folder beside
-        ``dest``, renamed to ``dest`` only when complete. A ``dest`` that exists is complete and is not made
-        again. Answer: {"ok", "tokenized": bool, "seconds", "files": {rel: {size, sha256}}}.
+        ``dest``, renamed to ``dest`` only when complete, its manifest kept beside it; a ``dest`` that still
+        matches that manifest is not made again. Answer: {"ok", "tokenized": bool, "seconds", "files": {rel:
+        {size, sha256}}}.
     python3 -c "$(cat mift_prepare.py)" merge < request
         {"env", "export": ``llamafactory-cli export`` arguments, "dest", "base", "adapter", "dtype", "device",
         "prompts", "max_new_tokens"}: the adapter merged into the base model (LLaMA-Factory's export) in a
@@ -66,28 +67,44 @@ def _publish(part: Path, dest: Path) -> None:
     part.rename(dest)
 
 
-def tokenize(request: dict[str, Any]) -> dict[str, Any]:
-    dest = Path(request["dest"])
-    t0 = time.monotonic()
-    if dest.is_dir() and any(dest.iterdir()):
-        return {"ok": True, "tokenized": False, "seconds": 0.0, "files": manifest(dest)}
+def manifest_file(dest: Path) -> Path:
+    """The manifest of a published folder, kept beside it (LLaMA-Factory reads every file inside)."""
+    return dest.parent / f".{dest.name}.manifest.json"
+
+
+def llamafactory_tokenize(args: dict[str, Any], stage: str) -> None:
+    """LLaMA-Factory's data pipeline (the trainer's ``get_dataset``), saving to ``args["tokenized_path"]``."""
     from llamafactory.data import get_dataset, get_template_and_fix_tokenizer  # noqa: PLC0415
     from llamafactory.hparams import get_train_args  # noqa: PLC0415
     from llamafactory.model import load_tokenizer  # noqa: PLC0415
 
+    model_args, data_args, training_args, _finetuning, _generating = get_train_args(args)
+    module = load_tokenizer(model_args)
+    template = get_template_and_fix_tokenizer(module["tokenizer"], data_args)
+    get_dataset(template, model_args, data_args, training_args, stage=stage, **module)
+
+
+def tokenize(request: dict[str, Any], pipeline: Any = llamafactory_tokenize) -> dict[str, Any]:  # noqa: ANN401
+    """Tokenize into ``dest`` unless it holds, unchanged, what an earlier pass published there."""
+    dest = Path(request["dest"])
+    t0 = time.monotonic()
+    if dest.is_dir():
+        with contextlib.suppress(OSError, ValueError):
+            files = manifest(dest)
+            if json.loads(manifest_file(dest).read_text()) == files:
+                return {"ok": True, "tokenized": False, "seconds": 0.0, "files": files}
+        shutil.rmtree(dest)  # not what was published (a file removed or changed): made again
     part = _partial(dest)
     scratch = tempfile.mkdtemp(prefix="mift-tokenize-")
     try:
         args = {**request["args"], "tokenized_path": str(part), "output_dir": scratch, "report_to": "none"}
         for key in ("deepspeed", "resume_from_checkpoint"):
             args.pop(key, None)
-        model_args, data_args, training_args, _finetuning, _generating = get_train_args(args)
-        module = load_tokenizer(model_args)
-        template = get_template_and_fix_tokenizer(module["tokenizer"], data_args)
-        get_dataset(template, model_args, data_args, training_args, stage=request["stage"], **module)
+        pipeline(args, request["stage"])
         if not (part.is_dir() and any(part.iterdir())):
             return {"ok": False, "error": f"LLaMA-Factory wrote nothing to {part}"}
         files = manifest(part)
+        manifest_file(dest).write_text(json.dumps(files))
         _publish(part, dest)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
