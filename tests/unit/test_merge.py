@@ -281,3 +281,15 @@ def test_no_answer_is_one_line_naming_the_log(tmp_path: Path, monkeypatch: pytes
 
 def test_default_prompts_live_in_one_place() -> None:
     assert MergeOptions().prompts == list(merge_module.DEFAULT_PROMPTS)
+
+
+def test_the_stage_report_with_no_destination_gives_the_connection_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """launcher.staging.node_connections asks the stage playbook for no folder: the node answers {}."""
+    from launcher.data import mift_stage  # noqa: PLC0415
+
+    assert mift_stage.main(["report", "--cache", ""]) == 0
+    assert json.loads(capsys.readouterr().out) == {}
+    with pytest.raises(SystemExit):
+        mift_stage.main(["recv", "--cache", ""])
