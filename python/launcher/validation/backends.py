@@ -6,18 +6,17 @@ built-in lists, which is how the fallback is tested without uninstalling anythin
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
-import io
-import logging
 import os
 from typing import TYPE_CHECKING
 
 from launcher.validation.cache import installed_version
+from launcher.validation.deepspeed_schema import shipped_schema as ds_schema
+from launcher.validation.llamafactory_schema import shipped_schema as lf_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    pass
 
 BUILTIN_ENV = "MIFT_VALIDATE_BUILTIN"
 
@@ -37,24 +36,6 @@ def importable(module: str) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def quiet_import() -> Iterator[None]:
-    """Swallow what a heavy library prints while it is imported, and keep its loggers quiet after.
-
-    DeepSpeed logs "Setting accelerator to CPU" to stdout at import; validation output must stay
-    one line per problem.
-    """
-    sink = io.StringIO()
-    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        yield
-    for name in ("DeepSpeed", "llamafactory", "transformers"):
-        logger = logging.getLogger(name)
-        logger.setLevel(logging.ERROR)
-        for handler in logger.handlers:
-            if isinstance(handler, logging.StreamHandler) and handler.stream is sink:
-                handler.setStream(io.StringIO())
-
-
 @functools.cache
 def shipped_lists_match_installed() -> bool:
     """Return True when the shipped key lists come from the DeepSpeed, LLaMA-Factory and transformers versions
@@ -62,9 +43,6 @@ def shipped_lists_match_installed() -> bool:
 
     Reads package metadata only: nothing heavy is imported.
     """
-    from launcher.validation.deepspeed_schema import shipped_schema as ds_schema  # noqa: PLC0415
-    from launcher.validation.llamafactory_schema import shipped_schema as lf_schema  # noqa: PLC0415
-
     ds, lf = ds_schema(), lf_schema()
     return (
         installed_version("deepspeed") == ds.version

@@ -7,10 +7,10 @@ error with the nearest valid key, found before anything is launched.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.validation import backends, rules
+from launcher.validation.deepspeed_facts import DeepSpeedFacts, deepspeed_facts
 from launcher.validation.deepspeed_schema import (
     IGNORED_TOP_LEVEL,
     DeepSpeedSchema,
@@ -19,11 +19,14 @@ from launcher.validation.deepspeed_schema import (
     shipped_schema,
 )
 from launcher.validation.problems import ConfigKind, FileReport, Problem, Severity
+from launcher.validation.quiet import quiet_import
 from launcher.validation.schema import check_value
 from launcher.validation.suggest import unknown_key_message
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+
+__all__ = ["DeepSpeedFacts", "deepspeed_facts", "validate_deepspeed"]
 
 AUTO = "auto"
 # Keys that circulate in blog posts but were never DeepSpeed options: say so instead of guessing.
@@ -38,62 +41,6 @@ def _unknown(key: str, candidates: Iterable[str], what: str = "unknown key") -> 
     if key in NOT_DEEPSPEED_KEYS:
         return f"{what}; {NOT_DEEPSPEED_KEYS[key]}"
     return unknown_key_message(key, candidates, what)
-
-
-@dataclass(frozen=True)
-class DeepSpeedFacts:
-    """What the cross-field rules need to know about a DeepSpeed config.
-
-    Attributes:
-        stage: ZeRO stage (0 when there is no ``zero_optimization``).
-        offload_param: Device of ``offload_param`` (``cpu``, ``nvme``) or None.
-        offload_optimizer: Device of ``offload_optimizer`` or None.
-        fp16: ``fp16.enabled`` as written (True, False, "auto") or None.
-        bf16: ``bf16.enabled`` as written or None.
-        values: The raw top-level dict (batch sizes, clipping).
-    """
-
-    stage: int
-    offload_param: str | None
-    offload_optimizer: str | None
-    fp16: object
-    bf16: object
-    values: Mapping[str, Any]
-
-    @property
-    def summary(self) -> str:
-        """Return ``ZeRO-3 + offload`` style text for the ok line."""
-        text = f"ZeRO-{self.stage}"
-        if self.offload_param or self.offload_optimizer:
-            text += " + offload"
-        return text
-
-
-def _offload_device(zero: Mapping[str, Any], key: str) -> str | None:
-    block = zero.get(key)
-    if isinstance(block, dict):
-        device = block.get("device", "none")
-        return str(device) if device not in (None, "none") else None
-    return None
-
-
-def _enabled(block: object) -> object:
-    return block.get("enabled") if isinstance(block, dict) else None
-
-
-def deepspeed_facts(config: Mapping[str, Any]) -> DeepSpeedFacts:
-    """Extract the facts the rules use from a parsed DeepSpeed config (no validation)."""
-    zero = config.get("zero_optimization")
-    zero = zero if isinstance(zero, dict) else {}
-    stage = zero.get("stage", 0)
-    return DeepSpeedFacts(
-        stage=int(stage) if isinstance(stage, int | float) and not isinstance(stage, bool) else 0,
-        offload_param=_offload_device(zero, "offload_param"),
-        offload_optimizer=_offload_device(zero, "offload_optimizer"),
-        fp16=_enabled(config.get("fp16")),
-        bf16=_enabled(config.get("bf16", config.get("bfloat16"))),
-        values=config,
-    )
 
 
 def _check_section_builtin(
@@ -144,7 +91,7 @@ def _section_verdict(
 
     model = _strict_sections()[top]
     try:
-        with backends.quiet_import():
+        with quiet_import():
             model(**data)
     except ValidationError as err:
         found = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from launcher.validation.backends import quiet_import
+from launcher.validation.quiet import quiet_import
 from launcher.validation.schema import FieldSpec, spec_from_annotation
 
 DATA_FILE = "deepspeed_keys.json"

@@ -25,6 +25,7 @@ from launcher.validation.paths import (
     to_controller,
 )
 from launcher.validation.problems import ConfigKind, FileReport, Problem
+from launcher.validation.quiet import quiet_import
 from launcher.validation.schema import check_value
 from launcher.validation.suggest import unknown_key_message
 
@@ -87,7 +88,7 @@ def _post_init_verdict(
         if name == "ModelArguments" and "model_name_or_path" not in kwargs:
             continue  # reported as a missing required key
         try:
-            with backends.quiet_import():
+            with quiet_import():
                 classes[name](**kwargs)
         except (ValueError, AssertionError, TypeError) as err:
             message = " ".join(str(err).split()) or f"{name} refused these values"

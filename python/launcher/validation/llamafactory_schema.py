@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from launcher.validation.backends import quiet_import
+from launcher.validation.quiet import quiet_import
 from launcher.validation.schema import ANY, FieldSpec, spec_from_annotation
 
 DATA_FILE = "llamafactory_keys.json"

@@ -13,7 +13,7 @@ from launcher.validation.problems import Problem, Severity
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from launcher.validation.deepspeed import DeepSpeedFacts
+    from launcher.validation.deepspeed_facts import DeepSpeedFacts
 
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 TRUTHY_ENV = ("1", "true", "y", "yes")
