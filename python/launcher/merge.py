@@ -138,6 +138,8 @@ def merge_after_run(run: RunDir, plan: RunPlan, runner: PlaybookRunner, *, out: 
     options: MergeOptions = spec.merge
     train = yaml.safe_load(plan.files["train.yaml"])
     go, why = wanted(options, spec.stage.model is not None, train)
+    if go and spec.slurm.login_only:
+        go, why = False, "the nodes are not reached with slurm.shared_dir (login host only)"
     if not go:
         if why and options.enabled:
             print(f"note: merge: not done: {why}", file=out, flush=True)

@@ -242,6 +242,23 @@ def test_a_node_without_the_adapter_is_refused(tmp_path: Path, monkeypatch: pyte
     assert node.requests == []
 
 
+def test_a_login_host_only_run_is_not_merged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = NodeTestDouble([1], [1])
+    plan = _plan(tmp_path, {"enabled": True})
+    login_only = plan.spec.slurm.model_copy(update={"shared_dir": "/shared", "nodes": 2})
+    plan.spec = plan.spec.model_copy(
+        update={"slurm": login_only, "stage": plan.spec.stage.model_copy(update={"model": None})}
+    )
+    monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr(nodecall, "call", node)
+    run = RunDir.create("mg-1", {"name": "mg"})
+    out = io.StringIO()
+    merge_after_run(run, plan, runner=None, out=out)  # type: ignore[arg-type]
+    assert node.requests == [] and out.getvalue() == (
+        "note: merge: not done: the nodes are not reached with slurm.shared_dir (login host only)\n"
+    )
+
+
 def test_opted_out_runs_ask_no_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     node = NodeTestDouble([1], [1])
     run, text = _merge(tmp_path, monkeypatch, node, {"enabled": False})
