@@ -6,8 +6,8 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from launcher.job import Verdict
 from launcher.telemetry import WarningOnce
+from launcher.verdict import Verdict
 
 if TYPE_CHECKING:
     import threading

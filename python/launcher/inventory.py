@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher.config_io import load_yaml_text
 from launcher.exceptions import ConfigurationError
 from launcher.repo import ANSIBLE_CFG, REPO_ROOT
-from launcher.validation.loading import load_yaml_text
 
 if TYPE_CHECKING:
     from launcher.jobspec import JobSpec

@@ -8,104 +8,25 @@ from __future__ import annotations
 import json
 import os
 import tarfile
-import time
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from launcher.backends import backend_of
 from launcher.metrics import Summary, read_jsonl, summarize, write_metrics
 from launcher.plot import plot_gpus, plot_loss
 from launcher.runner import PlaybookResult, PlaybookRunner
 from launcher.runs import FINAL_STATES, RunDir
-from launcher.telemetry import after_fields, first_gpu_fault, gpu_series
+from launcher.telemetry import after_fields, gpu_series
+from launcher.verdict import Judge, settled_notes
 
 RUNNING = ("starting", "running")
-UNREACHABLE_LIMIT = 3  # consecutive polls without an answer before a node counts as vanished
-# ... or this many seconds (and at least 2 polls) without an answer: a node cut off the network is given up
-# quickly, so that the others are stopped within 30 s of the cut
-UNREACHABLE_AFTER_S = 8.0
-POLL_TIMEOUT_S = 8  # seconds a node has to answer one poll (poll.yml)
 
 
 def agent_source() -> str:
     """Return the controller path of the node agent script (``mift_contract.py`` and ``mift_probe.py`` next
     to it)."""
     return str(resources.files("launcher") / "data" / "mift_agent.py")
-
-
-@dataclass
-class Verdict:
-    """The job's state judged from one poll of every node."""
-
-    state: str  # running | succeeded | failed | stopped
-    reason: str = ""
-
-
-@dataclass
-class Judge:
-    """Turns node states into a job state, remembering what needs memory (grace periods, missed polls)."""
-
-    hosts: list[str]
-    teardown_grace_s: float = 10.0
-    first_abort_seen: dict[str, float] = field(default_factory=dict)
-    missed_polls: dict[str, int] = field(default_factory=dict)
-    first_missed: dict[str, float] = field(default_factory=dict)
-
-    def __call__(  # noqa: PLR0911, PLR0912 - one return per way a job ends
-        self, nodes: dict[str, dict[str, Any]], now: float | None = None
-    ) -> Verdict:
-        """Return the verdict for this poll's node states (host -> agent status)."""
-        now = time.monotonic() if now is None else now
-        master = nodes.get(self.hosts[0], {})
-        master_done = bool(master.get("outputs_complete"))
-        if fault := first_gpu_fault(self.hosts, nodes):  # a broken GPU fails the run as a dead trainer does
-            return Verdict("failed", fault)
-        settled: list[str] = []
-        for host in self.hosts:
-            node = nodes.get(host, {"state": "unreachable"})
-            state = node.get("state")
-            if state == "unreachable":
-                self.missed_polls[host] = self.missed_polls.get(host, 0) + 1
-                first = self.first_missed.setdefault(host, now)
-                missed = self.missed_polls[host]
-                if missed >= UNREACHABLE_LIMIT or (missed >= 2 and now - first >= UNREACHABLE_AFTER_S):
-                    return Verdict("failed", f"{host}: unreachable for {missed} polls ({now - first:.0f} s)")
-                continue
-            self.missed_polls[host] = 0
-            self.first_missed.pop(host, None)
-            if state == "stopped":
-                return Verdict("stopped", f"{host}: stopped")
-            if state in ("vanished", "absent"):
-                return Verdict("failed", f"{host}: trainer vanished")
-            if state == "failed":
-                if master_done and (node.get("teardown_abort") or host == self.hosts[0]):
-                    settled.append(host)  # every rank finished training; a rank aborted at interpreter exit
-                    continue
-                if node.get("teardown_abort"):
-                    first = self.first_abort_seen.setdefault(host, now)
-                    if now - first < self.teardown_grace_s:
-                        continue
-                return Verdict("failed", f"{host}: trainer exited rc={node.get('rc')}")
-            if state == "finished":
-                settled.append(host)
-        if len(settled) == len(self.hosts):
-            if master_done:
-                return Verdict("succeeded")
-            missing = [k for k, v in (master.get("outputs") or {}).items() if not v]
-            return Verdict(
-                "failed", f"{self.hosts[0]}: trainers exited but output_dir lacks {', '.join(missing)}"
-            )
-        return Verdict("running")
-
-
-def settled_notes(nodes: dict[str, dict[str, Any]]) -> list[str]:
-    """Return warnings for nodes that ended non-zero although the job succeeded."""
-    return [
-        f"{h}: rc={n.get('rc')} after training finished (gloo teardown abort at exit, known on CPU)"
-        for h, n in nodes.items()
-        if n.get("state") == "failed"
-    ]
 
 
 class Job:
@@ -120,8 +41,6 @@ class Job:
         self.stop_grace_s = int(spec.get("timeouts", {}).get("stop_grace_s", 8))
         self.runner = PlaybookRunner(run.ansible_dir, inventory=Path(inventory) if inventory else None)
         self.node_judge = Judge(self.hosts, float(spec.get("timeouts", {}).get("teardown_grace_s", 10)))
-        from launcher.backends import backend_of  # noqa: PLC0415 - the backends import this module
-
         self.backend = backend_of(self.record)
         self.judge = self.backend.judge(self)
         # the progress watchdog saw a stall: the stop dumps every trainer's stacks first (ssh backend)
@@ -140,24 +59,6 @@ class Job:
         """Stop the trainer on every node through the run's backend (not interruptible)."""
         return self.backend.stop(self)
 
-    def poll_nodes(self) -> dict[str, dict[str, Any]]:
-        """Return host -> the agent's status (``state`` unreachable or absent when it gave none)."""
-        result = self.runner.run(
-            "poll",
-            {**self.base_vars, "mift_poll_timeout_s": POLL_TIMEOUT_S},
-            keep_events=False,
-            ident="poll",
-            timeout=60,
-        )
-        return nodes_from(result, self.hosts)
-
-    def stop_nodes(self) -> PlaybookResult:
-        """Stop the trainer on every node through its agent (not interruptible); return the result."""
-        stop_vars = {**self.base_vars, "mift_stop_grace_s": self.stop_grace_s}
-        if self.dump_stacks_on_stop:
-            stop_vars["mift_stop_dump"] = True
-        return self.runner.run("stop", stop_vars, cancellable=False, timeout=180)
-
     def collect(self) -> PlaybookResult:
         """Fetch node logs, state and metrics into ``nodes/<host>/`` through the run's backend (not
         interruptible).
@@ -169,15 +70,6 @@ class Job:
         for host in self.hosts:
             unpack_collected(self.run.nodes_dir / host)
         return result
-
-    def collect_nodes(self) -> PlaybookResult:
-        """Fetch every node's ``collect.tar.gz`` over ssh (collect.yml); the caller unpacks."""
-        return self.runner.run(
-            "collect",
-            {**self.base_vars, "mift_collect_dir": str(self.run.nodes_dir)},
-            cancellable=False,
-            timeout=300,
-        )
 
     def finalize(
         self, state: str, reason: str = "", nodes: dict[str, dict[str, Any]] | None = None
@@ -235,29 +127,6 @@ class Job:
         )
         self.run.set_status(state, reason)
         return summary
-
-
-def nodes_from(result: PlaybookResult, hosts: list[str]) -> dict[str, dict[str, Any]]:
-    """Return host -> the agent's status from a poll playbook's result (unreachable or absent when none)."""
-    nodes: dict[str, dict[str, Any]] = {}
-    for host in hosts:
-        report = result.report(host, "status")
-        if isinstance(report, dict) and "state" in report:
-            nodes[host] = report
-        elif host in result.unreachable:
-            nodes[host] = {"state": "unreachable"}
-        elif host in result.failures and _timed_out(result.failures[host]):
-            nodes[host] = {"state": "unreachable", "error": result.failures[host]}  # poll.yml's timeout
-        elif host in result.failures:
-            nodes[host] = {"state": "absent", "error": result.failures[host]}
-        else:
-            nodes[host] = {"state": "unreachable"}
-    return nodes
-
-
-def _timed_out(failure: str) -> bool:
-    """Return True for the failure of a task stopped by its ``timeout`` (ansible-core 2.19 and older)."""
-    return "Timed out after" in failure or "expected time frame" in failure
 
 
 def unpack_collected(host_dir: Path) -> None:

@@ -15,10 +15,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from launcher.config_io import decode_text, load_yaml_text, read_config_bytes
 from launcher.exceptions import ConfigurationError
-from launcher.merge import MergeOptions
 from launcher.problems import Problem
-from launcher.validation.loading import decode_text, load_yaml_text, read_config_bytes
 from launcher.watchdog import WatchdogOptions
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -194,6 +193,36 @@ class FabricOptions(_Strict):
 
     transport: Literal["auto", "rdma", "socket"] = "auto"
     socket_fallback: Literal["fail", "warn"] = "fail"
+
+
+# the smoke check's prompts when the job spec names none
+MERGE_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,")
+
+
+class MergeOptions(_Strict):
+    """Job spec ``merge``: merge the adapter into the base model after a successful run (launcher/merge.py,
+    docs/launcher.md "Merge after the run"; the one place of the defaults)."""
+
+    # None: merge when the job stages its model (the base is then on every node, verified) and trains LoRA
+    enabled: bool | None = None
+    # the node that merges; None: the node holding the final adapter (rank 0)
+    host: str | None = None
+    # cpu: export and check on the CPU; gpu: on the node's GPUs (LLaMA-Factory's export_device auto)
+    device: Literal["cpu", "gpu"] = "cpu"
+    # the merged model's dtype (LLaMA-Factory's infer_dtype; auto: bf16 where supported, else the model's)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    prompts: Annotated[list[str], Field(min_length=1, max_length=16)] = Field(
+        default_factory=lambda: list(MERGE_PROMPTS)
+    )
+    max_new_tokens: Annotated[int, Field(ge=1, le=256)] = 16
+    timeout_s: Annotated[int, Field(gt=0)] = 6 * 3600
+
+    @field_validator("prompts")
+    @classmethod
+    def _no_empty_prompt(cls, value: list[str]) -> list[str]:
+        if any(not p.strip() for p in value):
+            raise ValueError("a prompt is empty")
+        return value
 
 
 class JobSpec(_Strict):

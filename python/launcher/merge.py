@@ -14,10 +14,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any, Literal
-
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import IO, TYPE_CHECKING, Any
 
 from launcher import nodecall
 from launcher.exceptions import JobFailedError
@@ -26,41 +23,13 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from launcher.engine.plan import RunPlan
+    from launcher.jobspec import MergeOptions
     from launcher.runner import PlaybookRunner
     from launcher.runs import RunDir
 
 NODE_RUNS_ROOT = "/var/lib/mift/runs"
 MERGED_DIR = "merged"
 ADAPTER_FILE = "adapter_model.safetensors"
-DEFAULT_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,")
-
-
-class MergeOptions(BaseModel):
-    """Job spec ``merge``: merge the adapter into the base model after a successful run (the one place of the
-    defaults)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # None: merge when the job stages its model (the base is then on every node, verified) and trains LoRA
-    enabled: bool | None = None
-    # the node that merges; None: the node holding the final adapter (rank 0)
-    host: str | None = None
-    # cpu: export and check on the CPU; gpu: on the node's GPUs (LLaMA-Factory's export_device auto)
-    device: Literal["cpu", "gpu"] = "cpu"
-    # the merged model's dtype (LLaMA-Factory's infer_dtype; auto: bf16 where supported, else the model's)
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    prompts: Annotated[list[str], Field(min_length=1, max_length=16)] = Field(
-        default_factory=lambda: list(DEFAULT_PROMPTS)
-    )
-    max_new_tokens: Annotated[int, Field(ge=1, le=256)] = 16
-    timeout_s: Annotated[int, Field(gt=0)] = 6 * 3600
-
-    @field_validator("prompts")
-    @classmethod
-    def _no_empty_prompt(cls, value: list[str]) -> list[str]:
-        if any(not p.strip() for p in value):
-            raise ValueError("a prompt is empty")
-        return value
 
 
 def wanted(options: MergeOptions, stages_model: bool, train: Mapping[str, Any]) -> tuple[bool, str]:
@@ -103,9 +72,10 @@ def first_difference(rows: list[Mapping[str, Any]]) -> str | None:
     return None
 
 
-def merge_request(plan: RunPlan, options: MergeOptions, adapter: str) -> dict[str, Any]:
-    """What the node program gets (the environment is the trainer's)."""
-    train = yaml.safe_load(plan.files["train.yaml"])
+def merge_request(
+    plan: RunPlan, options: MergeOptions, adapter: str, train: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What the node program gets (``train``: the training YAML as shipped; the environment is added)."""
     base = str(train["model_name_or_path"])
     export = {
         "model_name_or_path": base,
@@ -129,14 +99,16 @@ def merge_request(plan: RunPlan, options: MergeOptions, adapter: str) -> dict[st
     }
 
 
-def merge_after_run(run: RunDir, plan: RunPlan, runner: PlaybookRunner, *, out: IO[str]) -> None:
-    """Merge and check after a successful run when the job wants it; raises JobFailedError (one line) when the
-    merge or its check fails: the run stays succeeded, ``merge`` in the record says what went wrong."""
+def merge_after_run(
+    run: RunDir, plan: RunPlan, runner: PlaybookRunner, *, train: Mapping[str, Any], out: IO[str]
+) -> None:
+    """Merge and check after a successful run when the job wants it (``train``: the training YAML as shipped);
+    raises JobFailedError (one line) when the merge or its check fails: the run stays succeeded, ``merge`` in
+    the record says what went wrong."""
     from launcher.staging import manifest_digest, node_connections  # noqa: PLC0415
 
     spec = plan.spec
-    options: MergeOptions = spec.merge
-    train = yaml.safe_load(plan.files["train.yaml"])
+    options = spec.merge
     go, why = wanted(options, spec.stage.model is not None, train)
     if go and spec.slurm.login_only:
         go, why = False, "the nodes are not reached with slurm.shared_dir (login host only)"
@@ -160,7 +132,7 @@ def merge_after_run(run: RunDir, plan: RunPlan, runner: PlaybookRunner, *, out: 
     if host not in holders:
         where = ", ".join(sorted(holders)) or "no node"
         raise fail(f"{host}: it holds no final adapter (it is on {where}); set merge.host to one of those")
-    request = {**merge_request(plan, options, holders[host]), "env": dict(plan.envs.get(host) or {})}
+    request = {**merge_request(plan, options, holders[host], train), "env": dict(plan.envs.get(host) or {})}
     print(
         f"merge: {host}: merging {holders[host]} into {request['base']} on the {options.device} ...",
         file=out,

@@ -31,9 +31,9 @@ from launcher.exceptions import ConfigurationError, JobFailedError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from launcher.engine.load import LoadedJob
     from launcher.jobspec import StageSource
     from launcher.runner import PlaybookRunner
+    from launcher.validation.job import LoadedJob
 
 PROGRESS_EVERY_S = 2.0
 HF_HUB_DIR = "hub"

@@ -13,7 +13,6 @@ Another key is another folder: a stale copy is never read.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -21,13 +20,9 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import IO, TYPE_CHECKING, Any
 
-import yaml
-
 from launcher import nodecall
-from launcher.engine.plan import TRAIN_FILE
 from launcher.exceptions import JobFailedError
 from launcher.staging import (
     Manifest,
@@ -323,13 +318,14 @@ def tokenize_for_run(
     outcome: StageOutcome,
     logs: Path,
     *,
+    train: Mapping[str, Any],
     out: IO[str],
     stop: threading.Event,
 ) -> tuple[str, dict[str, Any]] | None:
     """Make every node hold the tokenized dataset of this run's key; return its node path (the run's
-    ``tokenized_path``) and what the record keeps, or None when the job does not tokenize once."""
+    ``tokenized_path``) and what the record keeps, or None when the job does not tokenize once. ``train``:
+    the training YAML as shipped."""
     spec = plan.spec
-    train = yaml.safe_load(plan.files[TRAIN_FILE])
     why = skip_reason([m.item.key for m in outcome.manifests], train, spec.stage.tokenize_once)
     if why is not None:
         if spec.stage.tokenize_once and outcome.manifests:
@@ -384,11 +380,3 @@ def tokenize_for_run(
         "seconds": round(time.monotonic() - t0, 2),
         "inputs": inputs,
     }
-
-
-def with_tokenized_path(plan: RunPlan, path: str) -> RunPlan:
-    """The plan whose shipped training YAML reads the tokenized dataset at ``path``."""
-    train = yaml.safe_load(plan.files[TRAIN_FILE])
-    train["tokenized_path"] = path
-    files = MappingProxyType({**plan.files, TRAIN_FILE: yaml.safe_dump(train, sort_keys=False).encode()})
-    return dataclasses.replace(plan, files=files)

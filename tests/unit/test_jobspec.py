@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.engine.load import load_job
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import is_secret, load_job_spec, mask_env, parse_job_spec
+from launcher.validation.job import load_job
 
 REPO = Path(__file__).parents[2]
 SRC = Path("/jobs/x.yaml")
@@ -31,7 +31,7 @@ def test_defaults_and_relative_paths() -> None:
 def test_deepspeed_auto_and_none_stay_words() -> None:
     assert parse_job_spec({"name": "a", "train_config": "t", "deepspeed": "auto"}, SRC).deepspeed == "auto"
     assert parse_job_spec({"name": "a", "train_config": "t", "deepspeed": "none"}, SRC).deepspeed == "none"
-    # left out: the training YAML decides (launcher.engine.load.choose_deepspeed)
+    # left out: the training YAML decides (launcher.validation.job.choose_deepspeed)
     assert parse_job_spec({"name": "a", "train_config": "t"}, SRC).deepspeed is None
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from launcher.follow import render_table
-from launcher.job import Judge
 from launcher.metrics import summarize
+from launcher.verdict import Judge
 
 DONE = {"state": "finished", "rc": 0, "outputs_complete": True}
 RUN = {"state": "running"}

@@ -10,20 +10,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import yaml
 
-from launcher import merge as merge_module
 from launcher import nodecall
 from launcher.exceptions import ConfigurationError, JobFailedError
-from launcher.jobspec import parse_job_spec
-from launcher.merge import (
-    MergeOptions,
-    adapter_holders,
-    first_difference,
-    merge_after_run,
-    merge_request,
-    wanted,
-)
+from launcher.jobspec import MERGE_PROMPTS, MergeOptions, parse_job_spec
+from launcher.merge import adapter_holders, first_difference, merge_after_run, merge_request, wanted
 from launcher.runs import RunDir
 
 TRAIN = {"model_name_or_path": "/opt/m", "template": "default", "finetuning_type": "lora", "do_train": True}
@@ -121,7 +112,6 @@ def _plan(tmp_path: Path, merge: dict[str, Any] | None = None) -> Any:
     )
     return SimpleNamespace(
         spec=spec,
-        files={"train.yaml": yaml.safe_dump(TRAIN).encode()},
         hosts=["host1", "host2"],
         jobs={
             h: {"argv": ["/opt/mift/venv/bin/llamafactory-cli", "train", "train.yaml"]}
@@ -133,7 +123,7 @@ def _plan(tmp_path: Path, merge: dict[str, Any] | None = None) -> Any:
 
 
 def test_what_the_node_is_asked(tmp_path: Path) -> None:
-    request = merge_request(_plan(tmp_path), MergeOptions(device="gpu", dtype="bfloat16"), "/r/output")
+    request = merge_request(_plan(tmp_path), MergeOptions(device="gpu", dtype="bfloat16"), "/r/output", TRAIN)
     assert request["export"] == {
         "model_name_or_path": "/opt/m",
         "adapter_name_or_path": "/r/output",
@@ -192,7 +182,7 @@ def _merge(
     run.update(outputs={"host1": ["/r/output/adapter_model.safetensors"], "host2": []})
     out = io.StringIO()
     try:
-        merge_after_run(run, _plan(tmp_path, merge), runner=None, out=out)  # type: ignore[arg-type]
+        merge_after_run(run, _plan(tmp_path, merge), runner=None, train=TRAIN, out=out)  # type: ignore[arg-type]
     finally:
         text = out.getvalue()
     return run, text
@@ -253,7 +243,7 @@ def test_a_login_host_only_run_is_not_merged(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(nodecall, "call", node)
     run = RunDir.create("mg-1", {"name": "mg"})
     out = io.StringIO()
-    merge_after_run(run, plan, runner=None, out=out)  # type: ignore[arg-type]
+    merge_after_run(run, plan, runner=None, train=TRAIN, out=out)  # type: ignore[arg-type]
     assert node.requests == [] and out.getvalue() == (
         "note: merge: not done: the nodes are not reached with slurm.shared_dir (login host only)\n"
     )
@@ -297,7 +287,7 @@ def test_no_answer_is_one_line_naming_the_log(tmp_path: Path, monkeypatch: pytes
 
 
 def test_default_prompts_live_in_one_place() -> None:
-    assert MergeOptions().prompts == list(merge_module.DEFAULT_PROMPTS)
+    assert MergeOptions().prompts == list(MERGE_PROMPTS)
 
 
 def test_the_stage_report_with_no_destination_gives_the_connection_only(

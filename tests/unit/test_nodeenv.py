@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.engine.load import load_job
 from launcher.engine.plan import build_plan
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import parse_job_spec
 from launcher.nodeenv import masked, mi300x_env, provisioned_env, render_node_env, resolve_nproc
 from launcher.preflight import NodeFacts, run_preflight, stack_drift
 from launcher.runner import PlaybookResult
+from launcher.validation.job import load_job
 
 SRC = Path("/jobs/x.yaml")
 

@@ -18,7 +18,6 @@ import pytest
 import yaml
 from test_plan_wiring import _h200, _job
 
-from launcher.engine.load import load_job
 from launcher.engine.plan import TRAIN_FILE, build_plan
 from launcher.engine.probe import LauncherProber
 from launcher.engine.split import auto_plan, record_of, summary_line
@@ -38,6 +37,7 @@ from launcher.planning.probe import (
 )
 from launcher.planning.report import render_training
 from launcher.planning.training import Candidate, TrainingPlan, plan_training
+from launcher.validation.job import load_job
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -195,10 +195,14 @@ def test_inter_node_communication_comes_from_the_model():
     assert ddp_rate < 2 * ddp.step.tokens / 10.0  # DDP's one all-reduce per step: small but counted
 
 
+def _no_run(spec_path: Path, **_: object) -> int:
+    raise AssertionError(f"{spec_path}: this test runs nothing")
+
+
 def test_the_launcher_prober_writes_a_valid_one_node_job_for_each_candidate(tmp_path: Path):
     job = load_job(_job(tmp_path, "deepspeed: auto\nplan: probe\nenv: {A: '1'}\n", eval_strategy="steps"))
     plan = auto_plan(job, dict(job.train.data), _h200())
-    prober = LauncherProber(job, "n1", None, tmp_path / "probe", out=None)  # type: ignore[arg-type]
+    prober = LauncherProber(job, "n1", None, tmp_path / "probe", out=None, run_job=_no_run)  # type: ignore[arg-type]
     candidates = probe_shortlist(plan)
     zero2 = next(c for c in candidates if c.strategy is Strategy.ZERO2)
     path = prober.prepare(zero2, 4, 95.2)
@@ -228,20 +232,17 @@ def test_the_launcher_prober_writes_a_valid_one_node_job_for_each_candidate(tmp_
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # it carries the job's env: secrets
 
 
-def test_the_probe_job_spec_with_the_env_is_gone_after_its_run(tmp_path: Path, monkeypatch):
+def test_the_probe_job_spec_with_the_env_is_gone_after_its_run(tmp_path: Path):
     """The spec holds the job's env (HF_TOKEN...): removed once the probe ran, also when the run failed."""
-    import launcher.engine.steps as steps  # noqa: PLC0415
-
     job = load_job(_job(tmp_path, "deepspeed: auto\nplan: probe\nenv: {HF_TOKEN: hf_secret}\n"))
     plan = auto_plan(job, dict(job.train.data), _h200())
-    prober = LauncherProber(job, "n1", None, tmp_path / "probe", out=io.StringIO())
     seen: list[str] = []
 
     def run_job_fails(spec_path: Path, **_: object) -> int:
         seen.append(spec_path.read_text())
         raise ConfigurationError("n1: unreachable")
 
-    monkeypatch.setattr(steps, "run_job", run_job_fails)
+    prober = LauncherProber(job, "n1", None, tmp_path / "probe", out=io.StringIO(), run_job=run_job_fails)
     measure = prober(probe_shortlist(plan)[0], 4, 60)
     assert measure.status == "failed" and "unreachable" in measure.note
     assert "hf_secret" in seen[0]  # the run got the env
@@ -276,7 +277,9 @@ def test_plan_command_probe_prints_the_probe_and_json_carries_it(tmp_path: Path,
 
     made: list[FakeGpuProber] = []
 
-    def fake_prober(job: object, host: str, inventory: object, workdir: object, out: object) -> FakeGpuProber:
+    def fake_prober(
+        job: object, host: str, inventory: object, workdir: object, out: object, run_job: object
+    ) -> FakeGpuProber:
         assert host == "n1"  # the job's first node
         made.append(FakeGpuProber({Strategy.NONE: 1.3}))
         return made[-1]

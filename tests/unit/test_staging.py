@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 from launcher.data import mift_stage
-from launcher.engine.load import load_job
 from launcher.exceptions import ConfigurationError, JobFailedError
 from launcher.jobspec import parse_job_spec
 from launcher.runner import PlaybookResult
@@ -32,6 +31,7 @@ from launcher.staging import (
     stage_items,
     to_send,
 )
+from launcher.validation.job import load_job
 
 SRC = Path("/jobs/x.yaml")
 

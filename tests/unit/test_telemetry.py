@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from launcher.data import mift_gpu as g
-from launcher.job import Judge
 from launcher.telemetry import WarningOnce, after_fields, first_gpu_fault, gpu_lines
+from launcher.verdict import Judge
 from mift_testsupport import gpu_telemetry
 from mift_testsupport.gpu_telemetry import metric_document
 

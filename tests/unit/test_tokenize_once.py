@@ -17,8 +17,7 @@ import yaml
 
 from launcher import nodecall, tokenize_once
 from launcher.data import mift_prepare, mift_stage
-from launcher.engine.load import load_job
-from launcher.engine.plan import TRAIN_FILE
+from launcher.engine.plan import TRAIN_FILE, with_tokenized_path
 from launcher.exceptions import JobFailedError
 from launcher.staging import stage
 from launcher.tokenize_once import (
@@ -30,8 +29,8 @@ from launcher.tokenize_once import (
     skip_reason,
     tokenize_for_run,
     tokenizer_files,
-    with_tokenized_path,
 )
+from launcher.validation.job import load_job
 
 TRAIN = {
     "stage": "sft",
@@ -279,14 +278,15 @@ def _pass(lb: SimpleNamespace, **train_updates: Any) -> tuple[Any, str]:
     assert outcome is not None
     plan: Any = SimpleNamespace(
         spec=job.spec,
-        files={TRAIN_FILE: yaml.safe_dump(train).encode()},
         hosts=["host1"],
         facts=SimpleNamespace(stack={"host1": {"versions": VERSIONS}}),
         jobs={"host1": {"argv": ["/venv/bin/llamafactory-cli", "train", "train.yaml"]}},
         envs={"host1": {}},
         run_id="tk-1",
     )
-    done = tokenize_for_run(plan, runner, outcome, tmp / "run" / "tokenize", out=out, stop=threading.Event())
+    done = tokenize_for_run(
+        plan, runner, outcome, tmp / "run" / "tokenize", train=train, out=out, stop=threading.Event()
+    )
     return done, out.getvalue()
 
 

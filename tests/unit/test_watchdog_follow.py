@@ -13,9 +13,9 @@ import pytest
 
 from launcher.engine.finish import finish
 from launcher.follow import follow
-from launcher.job import Verdict
 from launcher.report import summary_lines
 from launcher.runs import FINAL_STATES, RunDir
+from launcher.verdict import Verdict
 from launcher.watchdog import ProgressWatch, Schedule, WatchdogOptions
 
 HOSTS = ["host1", "host2"]

@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from launcher.engine.plan import RunPlan
-    from launcher.job import Job, Verdict
+    from launcher.job import Job
     from launcher.runner import PlaybookResult, PlaybookRunner
     from launcher.runs import RunDir
+    from launcher.verdict import Verdict
 
 BACKENDS = ("ssh", "slurm")
 DEFAULT_BACKEND = "ssh"

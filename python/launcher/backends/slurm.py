@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from launcher.backends.agent import POLL_TIMEOUT_S, collect_agents, nodes_from
 from launcher.backends.slurm_script import (
     ENDED_BADLY,
     Allocation,
@@ -24,7 +25,7 @@ from launcher.backends.slurm_script import (
     sbatch_script,
 )
 from launcher.exceptions import ConfigurationError
-from launcher.job import Verdict, nodes_from
+from launcher.verdict import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -38,7 +39,6 @@ NODE_RUNS_ROOT = "/var/lib/mift/runs"
 # the inventory variable naming the host where sbatch, scontrol and scancel run, else the first host of:
 LOGIN_VAR = "mift_slurm_login_host"
 LOGIN_GROUPS = ("slurm_login", "slurm_controller")
-POLL_TIMEOUT_S = 8
 
 
 def login_host(inventory_vars: Mapping[str, Any], groups: Mapping[str, list[str]], where: str) -> str:
@@ -223,7 +223,7 @@ class SlurmBackend:
 
     def collect(self, job: Job) -> PlaybookResult:
         """Fetch every node's logs, state and metrics (over ssh, as the ssh backend)."""
-        return job.collect_nodes()
+        return collect_agents(job)
 
 
 def record_master(run: RunDir, nodes: Mapping[str, Mapping[str, Any]]) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from launcher.backends.agent import collect_agents, poll_agents, stop_agents
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from launcher.engine.plan import RunPlan
-    from launcher.job import Job, Verdict
+    from launcher.job import Job
     from launcher.runner import PlaybookResult, PlaybookRunner
     from launcher.runs import RunDir
+    from launcher.verdict import Verdict
 
 
 class SshBackend:
@@ -27,7 +30,7 @@ class SshBackend:
 
     def poll(self, job: Job) -> dict[str, dict[str, Any]]:
         """Ask every node's agent."""
-        return job.poll_nodes()
+        return poll_agents(job)
 
     def judge(self, job: Job) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
         """The node judge: the first failed node ends the run."""
@@ -35,8 +38,8 @@ class SshBackend:
 
     def stop(self, job: Job) -> PlaybookResult:
         """Stop every node's trainer through its agent."""
-        return job.stop_nodes()
+        return stop_agents(job)
 
     def collect(self, job: Job) -> PlaybookResult:
         """Fetch every node's logs, state and metrics."""
-        return job.collect_nodes()
+        return collect_agents(job)

@@ -1,4 +1,4 @@
-"""``check JOB``: accept the job's nodes and the links between them before a run (launcher.fabric.check)."""
+"""``check JOB``: accept the job's nodes and the links between them before a run (launcher.engine.check)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _cmd_check(args: argparse.Namespace) -> ExitCode:
-    from launcher.fabric.check import run_check  # noqa: PLC0415
+    from launcher.engine.check import run_check  # noqa: PLC0415
 
     return run_check(
         args.job,

@@ -13,10 +13,10 @@ from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import BAD_INPUT, OK, ExitCode
 
 if TYPE_CHECKING:
-    from launcher.engine.load import LoadedJob
     from launcher.planning.hardware import Accelerator
     from launcher.planning.memory import Cluster
     from launcher.planning.training import TrainingPlan
+    from launcher.validation.job import LoadedJob
 
 
 # Hardware presets: GPUs per node, usable HBM per GPU (GiB), host RAM (GiB).
@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _facts(path: Path | None) -> dict[str, Any]:
-    from launcher.validation.loading import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
+    from launcher.config_io import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
 
     if path is None:
         return {}
@@ -105,6 +105,7 @@ def _accelerator(args: argparse.Namespace) -> Accelerator:
 def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> TrainingPlan:
     """Run the probe on the job's first node; progress goes to stderr (stdout keeps the table or JSON)."""
     from launcher.engine.probe import LauncherProber, probe_workdir  # noqa: PLC0415
+    from launcher.engine.steps import run_job  # noqa: PLC0415
     from launcher.inventory import first_host  # noqa: PLC0415
     from launcher.planning import probe  # noqa: PLC0415
 
@@ -119,7 +120,7 @@ def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> 
     if inventory is not None and not inventory.exists():
         raise ConfigurationError(f"{args.inventory}: inventory not found")
     host = first_host(job.spec, inventory)
-    prober = LauncherProber(job, host, inventory, probe_workdir(job.spec.name), sys.stderr)
+    prober = LauncherProber(job, host, inventory, probe_workdir(job.spec.name), sys.stderr, run_job)
     return probe.run_probe(training, prober, count=count, steps=steps, budget_s=budget, clock=time.monotonic)
 
 
@@ -132,10 +133,10 @@ def run(args: argparse.Namespace) -> ExitCode:
     JSON: the keys it always had (``strategies``, ``choice``, ``reason``, ``inputs``: the strategy choice at
     the YAML's split) plus ``plan_mode`` and ``training_plan`` (:meth:`TrainingPlan.as_json`).
     """
-    from launcher.engine.load import load_job  # noqa: PLC0415
     from launcher.engine.split import plan_job  # noqa: PLC0415
     from launcher.plan import SAFETY_MARGIN, make_plan, resolve_shape, workload_from_train  # noqa: PLC0415
     from launcher.planning.report import render, render_training  # noqa: PLC0415
+    from launcher.validation.job import load_job  # noqa: PLC0415
 
     margin = SAFETY_MARGIN if args.margin is None else args.margin
     job = load_job(args.job)

@@ -11,8 +11,9 @@ from typing import IO, TYPE_CHECKING, Any
 from launcher.report import print_summary
 
 if TYPE_CHECKING:
-    from launcher.job import Job, Verdict
+    from launcher.job import Job
     from launcher.metrics import Summary
+    from launcher.verdict import Verdict
 
 
 def finish(

@@ -8,6 +8,7 @@ exactly these bytes to the nodes.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,19 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from launcher.config_io import parse_config
 from launcher.exceptions import ConfigurationError
 from launcher.nodeenv import render_node_env
 from launcher.problems import ConfigKind, FileReport
-from launcher.validation.loading import parse_config
 from launcher.watchdog import with_flight_recorder
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from launcher.engine.load import LoadedJob
     from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts
+    from launcher.validation.job import LoadedJob
 
 TRAIN_FILE = "train.yaml"
 DS_FILE = "ds_config.json"
@@ -333,3 +334,11 @@ def validate_plan(plan: RunPlan, *, builtin: bool | None = None) -> FileReport:
         train, label, job.train.path.parent, builtin=builtin, chosen_deepspeed=(ds_label, ds)
     )
     return report if report.problems else FileReport(label, ConfigKind.LLAMAFACTORY, report.summary)
+
+
+def with_tokenized_path(plan: RunPlan, path: str) -> RunPlan:
+    """The plan whose shipped training YAML reads the tokenized dataset at ``path`` (tokenize once)."""
+    train = yaml.safe_load(plan.files[TRAIN_FILE])
+    train["tokenized_path"] = path
+    files = {**plan.files, TRAIN_FILE: yaml.safe_dump(train, sort_keys=False).encode()}
+    return dataclasses.replace(plan, files=MappingProxyType(files))

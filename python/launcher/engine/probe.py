@@ -25,7 +25,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -37,8 +37,23 @@ from launcher.preflight import PreflightOnce
 from launcher.runs import runs_root
 
 if TYPE_CHECKING:
-    from launcher.engine.load import LoadedJob
     from launcher.planning.training import Candidate
+    from launcher.validation.job import LoadedJob
+
+
+class RunJob(Protocol):
+    """How a probe candidate runs: :func:`launcher.engine.steps.run_job`."""
+
+    def __call__(
+        self,
+        job_path: Path,
+        *,
+        inventory: Path | None,
+        detach: bool,
+        out: IO[str] | None = None,
+        preflight_once: PreflightOnce | None = None,
+    ) -> int: ...
+
 
 RUN_LINE = re.compile(r"^run (\S+): (.+)$", re.MULTILINE)
 # keys of the training YAML the probe sets (the candidate's split comes on top)
@@ -74,6 +89,7 @@ class LauncherProber:
     inventory: Path | None
     workdir: Path
     out: IO[str]
+    run_job: RunJob  # launcher.engine.steps.run_job (given by the caller: the engine imports this module)
     index: int = field(default=0)
     # one preflight for every candidate (the job's own under plan: probe; else the first candidate's)
     preflight: PreflightOnce = field(default_factory=PreflightOnce)
@@ -123,14 +139,12 @@ class LauncherProber:
 
     def __call__(self, candidate: Candidate, steps: int, timeout_s: float) -> ProbeMeasure:
         """Run the candidate; return its steady tokens/s on the node, or ``failed`` with the reason."""
-        from launcher.engine.steps import run_job  # noqa: PLC0415 - steps imports this module's callers
-
         spec_path = self.prepare(candidate, steps, timeout_s)
         print(f"probe: {candidate.describe()} ({steps} steps, at most {timeout_s:.0f} s)", file=self.out)
         tee = _Tee(self.out)
         start = time.monotonic()
         try:
-            rc = run_job(
+            rc = self.run_job(
                 spec_path, inventory=self.inventory, detach=False, out=tee, preflight_once=self.preflight
             )
         except LauncherError as err:

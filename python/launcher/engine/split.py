@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-    from launcher.engine.load import LoadedJob
     from launcher.preflight import NodeFacts
+    from launcher.validation.job import LoadedJob
 
 PLAN_MODES = ("as_written", "auto", "probe")
 # DeepSpeed keys that fix the batch split; a pinned DeepSpeed file must leave them "auto" (or out) under

@@ -22,32 +22,40 @@ import yaml
 from launcher import runner as runner_module
 from launcher.backends import backend_of
 from launcher.engine.finish import finish
-from launcher.engine.load import load_job
-from launcher.engine.plan import TRAIN_FILE, RunPlan, build_plan, require_liger, validate_plan
+from launcher.engine.plan import (
+    TRAIN_FILE,
+    RunPlan,
+    build_plan,
+    require_liger,
+    validate_plan,
+    with_tokenized_path,
+)
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.inventory import check_hosts
-from launcher.job import Job, Verdict, agent_source
+from launcher.job import Job, agent_source
 from launcher.jobspec import mask_env
 from launcher.merge import merge_after_run
 from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
 from launcher.runs import RunDir, new_run_id
 from launcher.staging import YAML_KEYS, stage, stage_items, write_manifests
-from launcher.tokenize_once import tokenize_for_run, with_tokenized_path
+from launcher.tokenize_once import tokenize_for_run
+from launcher.validation.job import load_job
+from launcher.verdict import Verdict
 from launcher.watchdog import ProgressWatch, Schedule
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from launcher.engine.load import LoadedJob
     from launcher.engine.plan import ResumeFrom
     from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts, NodePath
     from launcher.problems import FileReport
     from launcher.runner import PlaybookRunner
+    from launcher.validation.job import LoadedJob
 
 
 @contextlib.contextmanager
@@ -271,7 +279,10 @@ def stage_for_run(
     run.update(staging=outcome.record())
     if plan is None:
         return None
-    done = tokenize_for_run(plan, runner, outcome, run.path / "tokenize", out=out, stop=interrupted)
+    train = yaml.safe_load(plan.files[TRAIN_FILE])
+    done = tokenize_for_run(
+        plan, runner, outcome, run.path / "tokenize", train=train, out=out, stop=interrupted
+    )
     if done is None:
         return None
     run.update(tokenized=done[1])
@@ -312,7 +323,7 @@ def probe_before_run(
     training = auto_plan(job, dict(job.train.data), facts)
     run.set_status("probing")
     workdir = run.path / "probe"
-    prober = LauncherProber(job, facts.master, inventory, workdir, out)
+    prober = LauncherProber(job, facts.master, inventory, workdir, out, run_job)
     prober.preflight = PreflightOnce(facts_of_host(facts, facts.master))  # checked a moment ago
     probed = run_probe(training, prober, clock=time.monotonic)
     assert probed.probe is not None
@@ -450,7 +461,7 @@ def _ship_and_follow(
     )
     finish(job, verdict, nodes, out=out, announce=True)
     if verdict.state == "succeeded":
-        merge_after_run(run, plan, runner, out=out)
+        merge_after_run(run, plan, runner, train=yaml.safe_load(plan.files[TRAIN_FILE]), out=out)
     return OK if verdict.state == "succeeded" else JOB_FAILED
 
 

@@ -6,18 +6,18 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launcher.config_io import load_config_file
 from launcher.exceptions import ConfigurationError
 from launcher.problems import ConfigKind, FileReport, Problem
 from launcher.validation import backends, rules
 from launcher.validation.deepspeed import validate_deepspeed
 from launcher.validation.kinds import CONFIG_SUFFIXES, detect_kind
 from launcher.validation.llamafactory import validate_llamafactory
-from launcher.validation.loading import load_config_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from launcher.engine.load import LoadedJob
+    from launcher.validation.job import LoadedJob
 
 
 def expand(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
@@ -85,8 +85,8 @@ def validate_file(path: Path, *, builtin: bool | None = None) -> FileReport:
 
 
 def _validate_jobspec(path: Path, *, builtin: bool | None = None) -> FileReport:
-    """Load the job spec as ``run`` does (:func:`launcher.engine.load.load_job`), then validate it."""
-    from launcher.engine.load import load_job  # noqa: PLC0415 - the job spec model is needed only here
+    """Load the job spec as ``run`` does (:func:`launcher.validation.job.load_job`), then validate it."""
+    from launcher.validation.job import load_job  # noqa: PLC0415 - the job spec model is needed only here
 
     try:
         job = load_job(path)

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher.config_io import load_config_file
 from launcher.exceptions import ConfigurationError
 from launcher.validation import backends, rules
 from launcher.validation.deepspeed import DeepSpeedFacts, deepspeed_facts, validate_deepspeed
@@ -16,7 +17,6 @@ from launcher.validation.llamafactory_schema import (
     shipped_schema,
     train_classes,
 )
-from launcher.validation.loading import load_config_file
 from launcher.validation.paths import (
     config_root_for,
     display,
@@ -221,7 +221,7 @@ def validate_llamafactory(
             the dataclasses when importable unless ``MIFT_VALIDATE_BUILTIN=1``.
         config_root: Controller folder mirroring ``/opt/mift/configs``; default: found from the YAML.
         chosen_deepspeed: The DeepSpeed config the run uses, already read (label, mapping; mapping None: no
-            DeepSpeed), instead of the one the YAML's ``deepspeed:`` names (:mod:`launcher.engine.load`).
+            DeepSpeed), instead of the one the YAML's ``deepspeed:`` names (:mod:`launcher.validation.job`).
 
     Returns:
         A report whose summary reads ``sft lora, ZeRO-3 + offload``.

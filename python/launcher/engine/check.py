@@ -125,12 +125,12 @@ def run_check(
 ) -> ExitCode:
     """Check the job's nodes and links; print the tables and one line per bad node or link."""
     from launcher import runner as runner_module  # noqa: PLC0415
-    from launcher.engine.load import load_job  # noqa: PLC0415
     from launcher.engine.plan import fabric_of  # noqa: PLC0415
     from launcher.fabric.env import node_fabric  # noqa: PLC0415
     from launcher.inventory import check_hosts  # noqa: PLC0415
     from launcher.nodeenv import render_node_env  # noqa: PLC0415
     from launcher.preflight import run_preflight  # noqa: PLC0415
+    from launcher.validation.job import load_job  # noqa: PLC0415
 
     out = out or sys.stdout
     t0 = time.monotonic()

@@ -1,0 +1,65 @@
+"""The node agent over Ansible, for every backend that reaches the nodes: poll its status, stop its trainer,
+fetch what it collected (playbooks/poll.yml, stop.yml, collect.yml, run through the run's own runner)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.job import Job
+    from launcher.runner import PlaybookResult
+
+POLL_TIMEOUT_S = 8  # seconds a node has to answer one poll (poll.yml)
+
+
+def poll_agents(job: Job) -> dict[str, dict[str, Any]]:
+    """Return host -> the agent's status (``state`` unreachable or absent when it gave none)."""
+    result = job.runner.run(
+        "poll",
+        {**job.base_vars, "mift_poll_timeout_s": POLL_TIMEOUT_S},
+        keep_events=False,
+        ident="poll",
+        timeout=60,
+    )
+    return nodes_from(result, job.hosts)
+
+
+def stop_agents(job: Job) -> PlaybookResult:
+    """Stop the trainer on every node through its agent (not interruptible); return the result."""
+    stop_vars = {**job.base_vars, "mift_stop_grace_s": job.stop_grace_s}
+    if job.dump_stacks_on_stop:
+        stop_vars["mift_stop_dump"] = True
+    return job.runner.run("stop", stop_vars, cancellable=False, timeout=180)
+
+
+def collect_agents(job: Job) -> PlaybookResult:
+    """Fetch every node's ``collect.tar.gz`` over ssh (collect.yml); :meth:`Job.collect` unpacks."""
+    return job.runner.run(
+        "collect",
+        {**job.base_vars, "mift_collect_dir": str(job.run.nodes_dir)},
+        cancellable=False,
+        timeout=300,
+    )
+
+
+def nodes_from(result: PlaybookResult, hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """Return host -> the agent's status from a poll playbook's result (unreachable or absent when none)."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        report = result.report(host, "status")
+        if isinstance(report, dict) and "state" in report:
+            nodes[host] = report
+        elif host in result.unreachable:
+            nodes[host] = {"state": "unreachable"}
+        elif host in result.failures and _timed_out(result.failures[host]):
+            nodes[host] = {"state": "unreachable", "error": result.failures[host]}  # poll.yml's timeout
+        elif host in result.failures:
+            nodes[host] = {"state": "absent", "error": result.failures[host]}
+        else:
+            nodes[host] = {"state": "unreachable"}
+    return nodes
+
+
+def _timed_out(failure: str) -> bool:
+    """Return True for the failure of a task stopped by its ``timeout`` (ansible-core 2.19 and older)."""
+    return "Timed out after" in failure or "expected time frame" in failure

@@ -1,0 +1,89 @@
+"""A run's state judged from one poll of its nodes: :class:`Verdict`, and :class:`Judge` for the node agents'
+states (the ssh backend, and every backend's node-level checks)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.telemetry import first_gpu_fault
+
+UNREACHABLE_LIMIT = 3  # consecutive polls without an answer before a node counts as vanished
+# ... or this many seconds (and at least 2 polls) without an answer: a node cut off the network is given up
+# quickly, so that the others are stopped within 30 s of the cut
+UNREACHABLE_AFTER_S = 8.0
+
+
+@dataclass
+class Verdict:
+    """The job's state judged from one poll of every node."""
+
+    state: str  # running | succeeded | failed | stopped
+    reason: str = ""
+
+
+@dataclass
+class Judge:
+    """Turns node states into a job state, remembering what needs memory (grace periods, missed polls)."""
+
+    hosts: list[str]
+    teardown_grace_s: float = 10.0
+    first_abort_seen: dict[str, float] = field(default_factory=dict)
+    missed_polls: dict[str, int] = field(default_factory=dict)
+    first_missed: dict[str, float] = field(default_factory=dict)
+
+    def __call__(  # noqa: PLR0911, PLR0912 - one return per way a job ends
+        self, nodes: dict[str, dict[str, Any]], now: float | None = None
+    ) -> Verdict:
+        """Return the verdict for this poll's node states (host -> agent status)."""
+        now = time.monotonic() if now is None else now
+        master = nodes.get(self.hosts[0], {})
+        master_done = bool(master.get("outputs_complete"))
+        if fault := first_gpu_fault(self.hosts, nodes):  # a broken GPU fails the run as a dead trainer does
+            return Verdict("failed", fault)
+        settled: list[str] = []
+        for host in self.hosts:
+            node = nodes.get(host, {"state": "unreachable"})
+            state = node.get("state")
+            if state == "unreachable":
+                self.missed_polls[host] = self.missed_polls.get(host, 0) + 1
+                first = self.first_missed.setdefault(host, now)
+                missed = self.missed_polls[host]
+                if missed >= UNREACHABLE_LIMIT or (missed >= 2 and now - first >= UNREACHABLE_AFTER_S):
+                    return Verdict("failed", f"{host}: unreachable for {missed} polls ({now - first:.0f} s)")
+                continue
+            self.missed_polls[host] = 0
+            self.first_missed.pop(host, None)
+            if state == "stopped":
+                return Verdict("stopped", f"{host}: stopped")
+            if state in ("vanished", "absent"):
+                return Verdict("failed", f"{host}: trainer vanished")
+            if state == "failed":
+                if master_done and (node.get("teardown_abort") or host == self.hosts[0]):
+                    settled.append(host)  # every rank finished training; a rank aborted at interpreter exit
+                    continue
+                if node.get("teardown_abort"):
+                    first = self.first_abort_seen.setdefault(host, now)
+                    if now - first < self.teardown_grace_s:
+                        continue
+                return Verdict("failed", f"{host}: trainer exited rc={node.get('rc')}")
+            if state == "finished":
+                settled.append(host)
+        if len(settled) == len(self.hosts):
+            if master_done:
+                return Verdict("succeeded")
+            missing = [k for k, v in (master.get("outputs") or {}).items() if not v]
+            return Verdict(
+                "failed", f"{self.hosts[0]}: trainers exited but output_dir lacks {', '.join(missing)}"
+            )
+        return Verdict("running")
+
+
+def settled_notes(nodes: dict[str, dict[str, Any]]) -> list[str]:
+    """Return warnings for nodes that ended non-zero although the job succeeded."""
+    return [
+        f"{h}: rc={n.get('rc')} after training finished (gloo teardown abort at exit, known on CPU)"
+        for h, n in nodes.items()
+        if n.get("state") == "failed"
+    ]

@@ -1,0 +1,92 @@
+"""Import structure of a package: its import cycles and its largest modules (lines, fan-out).
+
+    python tools/import_report.py [PACKAGE] [--top N]
+
+A cycle is a group of modules that import each other, directly or not (strongly connected components of the
+import graph, function-level imports included). Counted twice: over the imports that run, and with the
+imports under ``TYPE_CHECKING`` too (they never run, but show which types two modules share). Fan-out: the
+package's own modules a module imports directly. The architecture contracts themselves are import-linter's
+(``lint-imports``, pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import grimp
+
+
+def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Return the import graph's cycles (components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    sys.setrecursionlimit(10_000)
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("package", nargs="?", default="launcher")
+    parser.add_argument("--top", type=int, default=8, help="how many of the largest modules to list")
+    args = parser.parse_args()
+    for type_checking in (False, True):
+        graph = grimp.build_graph(
+            args.package, exclude_type_checking_imports=not type_checking, cache_dir=None
+        )
+        found = cycles(graph)
+        what = "with TYPE_CHECKING imports" if type_checking else "imports that run"
+        print(f"{args.package}: {len(graph.modules)} modules, {len(found)} import cycles ({what})")
+        for group in found:
+            print("  " + " <-> ".join(group))
+    graph = grimp.build_graph(args.package, exclude_type_checking_imports=True, cache_dir=None)
+    root = Path(__import__(args.package).__file__ or ".").parent
+    rows = []
+    for module in graph.modules:
+        rel = module.split(".")[1:]
+        path = (
+            root.joinpath(*rel, "__init__.py")
+            if (root.joinpath(*rel)).is_dir()
+            else root.joinpath(*rel[:-1], rel[-1] + ".py")
+            if rel
+            else root / "__init__.py"
+        )
+        lines = len(path.read_text().splitlines()) if path.is_file() else 0
+        rows.append((lines, len(graph.find_modules_directly_imported_by(module)), module))
+    print("largest modules (lines, fan-out):")
+    for lines, fan_out, module in sorted(rows, reverse=True)[: args.top]:
+        print(f"  {lines:5d} {fan_out:3d}  {module}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
