@@ -354,10 +354,14 @@ def tokenize_for_run(
     else:
         previous = last_inputs(root)
         what = "; ".join(changes(previous, inputs)) if previous else "no tokenized copy here yet"
+        if copy is not None:
+            what = "its copy here no longer matches its record"
         print(f"tokenize: key {key[:12]} is new ({what or 'same inputs'})", file=out, flush=True)
+        if first not in outcome.connections:
+            raise JobFailedError(f"{first}: staging did not say how it is reached; nothing tokenized")
         node = NodeSide(
             first,
-            outcome.connections.get(first, []),
+            outcome.connections[first],
             nodecall.node_python(str(plan.jobs[first]["argv"][0])),
             plan.envs.get(first) or {},
         )

@@ -327,6 +327,7 @@ def test_a_corrupt_controller_copy_is_never_used(loopback: SimpleNamespace) -> N
     node_copy.unlink()
     again, text = _pass(loopback)
     assert again is not None and len(loopback.double.passes) == 2, text
+    assert f"key {key[:12]} is new (its copy here no longer matches its record)" in text
     assert copy.read_text() == "cutoff 64" and node_copy.read_text() == "cutoff 64"
 
 
