@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from launcher import recovery
 from launcher.config_io import decode_text, load_yaml_text, read_config_bytes
 from launcher.exceptions import ConfigurationError
 from launcher.problems import Problem
@@ -46,6 +47,38 @@ class Timeouts(_Strict):
     stop_grace_s: Annotated[int, Field(gt=0, le=20)] = 8
     job_s: Annotated[int, Field(ge=0)] = 0  # 0: no limit on the whole job
     teardown_grace_s: Annotated[int, Field(ge=0, le=20)] = 10
+
+
+class RecoveryPolicy(_Strict):
+    """What the launcher does when an attempt fails while it follows the run (launcher.recovery).
+
+    The defaults live in :mod:`launcher.recovery` (one place); ``max_restarts: 0`` switches recovery off.
+    """
+
+    max_restarts: Annotated[int, Field(ge=0, le=100)] = recovery.DEFAULT_MAX_RESTARTS
+    retry_on: tuple[str, ...] = recovery.DEFAULT_RETRY_ON
+    backoff_s: Annotated[float, Field(ge=0, le=3600)] = recovery.DEFAULT_BACKOFF_S
+    # the same failure (kind and node) this many times in a row ends the run
+    same_failure_limit: Annotated[int, Field(ge=2, le=100)] = recovery.DEFAULT_SAME_FAILURE_LIMIT
+
+    @field_validator("retry_on")
+    @classmethod
+    def _known_kinds(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for kind in value:
+            if kind in recovery.NEVER_RETRIED:
+                raise ValueError(f"{kind}: {recovery.NEVER_RETRIED[kind]} is never retried")
+            if kind not in recovery.FAILURE_KINDS:
+                near = difflib.get_close_matches(kind, list(recovery.FAILURE_KINDS), n=1, cutoff=0.5)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                raise ValueError(
+                    f"{kind!r} is not a failure kind ({', '.join(recovery.FAILURE_KINDS)}){hint}"
+                )
+        return tuple(dict.fromkeys(value))
+
+    @property
+    def enabled(self) -> bool:
+        """True when a failure may be retried at all."""
+        return self.max_restarts > 0 and bool(self.retry_on)
 
 
 class Telemetry(_Strict):
@@ -257,6 +290,8 @@ class JobSpec(_Strict):
     node_venv: str | None = None
     min_free_disk_gb: Annotated[float, Field(ge=0)] = 1.0
     slurm: SlurmOptions = Field(default_factory=SlurmOptions)
+    # retries of a failed attempt, from the last checkpoint complete on every node (docs/launcher.md)
+    recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
     # the progress watchdog (launcher/watchdog.py): no optimizer step within its window -> stalled
     watchdog: WatchdogOptions = Field(default_factory=WatchdogOptions)
     # the model and dataset folders every node gets, verified, before the start (docs/launcher.md "Staging")

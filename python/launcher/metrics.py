@@ -62,6 +62,8 @@ def summarize(trainer_log: list[dict[str, Any]], results: dict[str, Any]) -> Sum
             summary.total_steps = entry["total_steps"]
         if _num(entry.get("throughput")) is not None:
             summary.tokens_per_s = _num(entry.get("throughput"))
+    # a resumed attempt logs again the steps after its checkpoint: the last value logged for a step counts
+    summary.losses = sorted(dict(summary.losses).items())
     if summary.losses:
         summary.final_loss = summary.losses[-1][1]
     summary.train_loss = _num(results.get("train_loss"))

@@ -42,6 +42,7 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
         f"  runtime     {_num(summary.get('train_runtime'), '.1f')} s"
         f"   tokens/s {_num(summary.get('tokens_per_s'), '.1f')}",
     ]
+    lines.extend(attempt_lines(record))
     for host, path in (summary.get("adapter_dirs") or {}).items():
         lines.append(f"  adapter     {host}:{path}")
     lines.extend(f"  note        {note}" for note in summary.get("notes") or [])
@@ -100,6 +101,8 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
             "  " + line for line in render_table(hosts, nodes, nproc if isinstance(nproc, int) else None)
         )
         lines.extend("  " + line for line in gpu_lines(hosts, nodes))
+    if not record.get("summary"):  # the summary lists them once the run ended
+        lines.extend(attempt_lines(record))
     if record.get("summary"):
         lines.extend(summary_lines(record, run)[1:])
     return lines
@@ -122,3 +125,29 @@ def staging_lines(record: dict[str, Any]) -> list[str]:
         what = ", ".join(f"{h} {files(s['files'])} {human(s['bytes'])}" for h, s in sent.items()) or "nothing"
         lines.append(f"  staged  sent {what} in {staging.get('seconds', '-')} s")
     return lines
+
+
+def attempt_lines(record: dict[str, Any]) -> list[str]:
+    """Return one line per attempt (for ``status`` and the final report); none for a run of one attempt
+    that no failure ended."""
+    attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
+    if len(attempts) < 2 and not any(a.get("kind") for a in attempts):
+        return []
+    lines = []
+    for a in attempts:
+        start = _clock(a.get("started_at"))
+        stop = _clock(a.get("ended_at")) if a.get("ended_at") else "..."
+        resume = a.get("resume_step")
+        frm = f"from checkpoint-{resume}" if isinstance(resume, int) else "from step 0"
+        why = f" {a['kind']}:" if a.get("kind") else ""
+        why += f" {a['reason']}" if a.get("reason") else ""
+        decision = f" -> {a['decision']}" if a.get("decision") else ""
+        lines.append(
+            f"  attempt {a.get('attempt')}  {a.get('state')}  {start}-{stop}  nodes "
+            f"{','.join(a.get('hosts') or []) or '-'}  {frm}{why}{decision}"
+        )
+    return lines
+
+
+def _clock(t: object) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(float(t))) if isinstance(t, int | float) else "?"

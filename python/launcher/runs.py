@@ -17,7 +17,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.repo import REPO_ROOT
 
 RECORD = "record.json"
-ACTIVE_STATES = ("created", "preflight", "probing", "starting", "running", "stopping")
+ACTIVE_STATES = ("created", "preflight", "probing", "starting", "running", "stopping", "recovering")
 # stalled: the progress watchdog saw no optimizer step within its window (launcher/watchdog.py)
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled", "rejected")
 

@@ -23,6 +23,9 @@ pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 BOUND_S = 30.0
 LONG_STEPS = 400  # the tiny model logs a step every second or so here: still running when the fault comes
+# these cases show the stop everywhere that ends a failed run: recovery (on by default) would retry them;
+# tests/faults/test_recovery.py shows the retries
+NO_RECOVERY = {"max_restarts": 0}
 
 
 def _logs_kept(cluster: Cluster, name: str, run_id: str) -> list[str]:
@@ -60,9 +63,8 @@ def test_trainer_sigkill(cluster: Cluster, fault_record: dict[str, Any]) -> None
         expected="run exits 1, status failed naming host2; no trainer on any host within 30 s; logs kept",
     )
     name = "faults-kill"
-    proc, log = cluster.start(
-        "run", str(cluster.job(name, max_steps=LONG_STEPS)), "-i", str(cluster.inventory)
-    )
+    job = cluster.job(name, max_steps=LONG_STEPS, recovery=NO_RECOVERY)
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     pid = _worker_pid(cluster, 2, run_id)
     t0 = time.monotonic()
@@ -236,9 +238,8 @@ def test_network_cut(cluster: Cluster, fault_record: dict[str, Any]) -> None:
     )
     name = "faults-netcut"
     ns = f"mift{cluster.rig.rig_id}h2"
-    proc, log = cluster.start(
-        "run", str(cluster.job(name, max_steps=LONG_STEPS)), "-i", str(cluster.inventory)
-    )
+    job = cluster.job(name, max_steps=LONG_STEPS, recovery=NO_RECOVERY)
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     t0 = time.monotonic()
     subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)

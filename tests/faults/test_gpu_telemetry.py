@@ -60,7 +60,10 @@ def test_gpu_ecc_rising(cluster: Cluster, fault_record: dict[str, Any]) -> None:
         "record (gpu_after not ok), host1 not",
     )
     name = "faults-gpu-ecc"
-    job = cluster.job(name, max_steps=LONG_STEPS, telemetry={"period_s": PERIOD_S})
+    # recovery off: this case shows the stop that ends the run (recovery, on by default, retries a GPU error)
+    job = cluster.job(
+        name, max_steps=LONG_STEPS, telemetry={"period_s": PERIOD_S}, recovery={"max_restarts": 0}
+    )
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     t0 = time.monotonic()

@@ -113,7 +113,8 @@ def test_sigstop_of_a_trainer_ends_the_run_stalled(cluster: Cluster, fault_recor
         "per-rank logs kept; no process left",
     )
     name = "faults-stall"
-    job = cluster.job(name, max_steps=LONG_STEPS, env=ENV, watchdog=WATCHDOG)
+    # recovery off: this case shows the stop that ends a stalled run (recovery, on by default, retries it)
+    job = cluster.job(name, max_steps=LONG_STEPS, env=ENV, watchdog=WATCHDOG, recovery={"max_restarts": 0})
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     at = _wait_host_step(cluster, 2, run_id, 3)

@@ -175,9 +175,9 @@ def test_run_stages_model_and_dataset_and_records_their_manifests(
 
 
 def test_killed_trainer_fails_and_stops_everywhere(cluster: Cluster) -> None:
-    proc, log = cluster.start(
-        "run", str(cluster.job("e2e-kill", max_steps=2000)), "-i", str(cluster.inventory)
-    )
+    # recovery off: this case shows the stop everywhere that ends a run (recovery retries a killed trainer)
+    job = cluster.job("e2e-kill", max_steps=2000, recovery={"max_restarts": 0})
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of("e2e-kill"), proc)
     pid = json.loads(cluster.rig.ssh(2, f"cat /var/lib/mift/runs/{run_id}/state.json").stdout)["pid"]
     cluster.rig.ssh(2, f"kill -9 -- -{pid}")  # the trainer's whole process group (torchrun's ranks survive)

@@ -58,8 +58,8 @@ def lab(tmp_path: Path) -> dict[str, Path]:
     return {"root": tmp_path, "inventory": tmp_path / "hosts.yml", "runs": tmp_path / "runs"}
 
 
-def job_spec(lab: dict[str, Path], name: str, **env: object) -> Path:
-    spec = {
+def job_spec(lab: dict[str, Path], name: str, *, recovery: dict | None = None, **env: object) -> Path:
+    spec: dict[str, object] = {
         "name": name,
         "train_config": "configs/train/train.yaml",
         "deepspeed": str(REPO / "configs" / "deepspeed" / "ds_z3.json"),
@@ -70,6 +70,8 @@ def job_spec(lab: dict[str, Path], name: str, **env: object) -> Path:
         "timeouts": {"stop_grace_s": 3},
         "env": {"FAKE_STEPS": 6, "FAKE_STEP_S": 0.4, "HF_TOKEN": "hf_secret_value", **env},
     }
+    if recovery is not None:
+        spec["recovery"] = recovery
     path = lab["root"] / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -171,7 +173,9 @@ def test_run_succeeds_with_metrics_plot_and_masked_secret(lab: dict[str, Path]) 
 
 
 def test_killed_trainer_fails_the_job_everywhere(lab: dict[str, Path]) -> None:
-    proc = start(lab, "run", str(job_spec(lab, "kill", FAKE_STEPS=200)), "-i", str(lab["inventory"]))
+    # recovery off: this case shows the stop everywhere that ends a run (recovery retries a killed trainer)
+    job = job_spec(lab, "kill", recovery={"max_restarts": 0}, FAKE_STEPS=200)
+    proc = start(lab, "run", str(job), "-i", str(lab["inventory"]))
     wait_for(
         lambda: any(lab["runs"].iterdir()) and node_state(lab, 1, only_run(lab).name).get("pid"),
         400,
@@ -269,10 +273,37 @@ def test_unreachable_host_exits_2_naming_it(lab: dict[str, Path]) -> None:
     assert record(only_run(lab))["status"] == "rejected"
 
 
+def test_killed_trainer_is_retried_in_the_same_run(lab: dict[str, Path]) -> None:
+    """Recovery on: n1's trainer SIGKILLed; every node is stopped, and the second attempt (the fake trainer
+    saves no checkpoint: from step 0, said) runs in the same node run directories to success."""
+    job = job_spec(lab, "retry", recovery={"backoff_s": 0}, FAKE_STEPS=30)
+    proc = start(lab, "run", str(job), "-i", str(lab["inventory"]))
+    wait_for(
+        lambda: any(lab["runs"].iterdir()) and node_state(lab, 1, only_run(lab).name).get("pid"),
+        400,
+        "the trainer on n1",
+    )
+    run = only_run(lab)
+    time.sleep(2)
+    first_pid = node_state(lab, 1, run.name)["pid"]
+    os.kill(first_pid, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    rec = record(run)
+    first, second = rec["attempts"]
+    assert (first["state"], first["kind"], first["failed_host"]) == ("failed", "trainer_signal", "n1"), first
+    assert (second["state"], second["resume_step"]) == ("succeeded", None), second
+    assert "attempt 1 failed (trainer_signal on n1): retrying" in out
+    assert "no checkpoint complete on every node: the next attempt starts again from step 0" in out
+    assert node_state(lab, 1, run.name)["pid"] != first_pid
+    assert rec["status"] == "succeeded" and not run_processes(run.name)
+
+
 def test_a_stalled_run_ends_stalled_with_stack_dumps_and_nothing_left(lab: dict[str, Path]) -> None:
     """SIGSTOP the trainer of n0 (the node that logs steps): the progress watchdog ends the run ``stalled``
     within its window, names n0, and the stop writes stack dumps that collect brings back."""
-    spec = job_spec(lab, "stall", FAKE_STEPS=400, FAKE_STEP_S=0.3, RANK=0)
+    # recovery off: this case shows the watchdog's end of a run (recovery retries a stall)
+    spec = job_spec(lab, "stall", recovery={"max_restarts": 0}, FAKE_STEPS=400, FAKE_STEP_S=0.3, RANK=0)
     data = yaml.safe_load(spec.read_text())
     data["watchdog"] = {"k": 2, "floor_s": 4, "first_step_s": 120, "save_s": 2, "eval_s": 2}
     spec.write_text(yaml.safe_dump(data))

@@ -180,6 +180,21 @@ def test_start_unpacks_the_bundle_with_private_modes(tmp_path: Path) -> None:
     assert wait_state(run_dir, {"finished", "failed"})["state"] == "finished"
 
 
+def test_a_restart_judges_only_its_own_log(tmp_path: Path) -> None:
+    """A second start in the same run dir (the launcher's recovery) appends to trainer.log; its status reports
+    the failure lines of that start only, not the earlier start's torchrun report of a killed rank."""
+    run_dir = make_run(tmp_path, "t-restart", "--steps", "2", "--step-s", "0.1")
+    killed = "  traceback : Signal 9 (SIGKILL) received by PID 4242\n"
+    (run_dir / "trainer.log").write_text("step 1\n" + killed)
+    agent("start", str(run_dir))
+    st = wait_state(run_dir, {"finished", "failed"})
+    assert st["state"] == "finished", st
+    assert st["failure_lines"] == [], st["failure_lines"]
+    assert killed in (run_dir / "trainer.log").read_text()  # the earlier start's lines are kept
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["log_offset"] == len("step 1\n" + killed)
+
+
 def test_trainer_env_creates_the_kept_tunableop_directory(tmp_path: Path) -> None:
     spec = importlib.util.spec_from_file_location("mift_agent_under_test", AGENT)
     assert spec is not None

@@ -25,7 +25,7 @@ def _cmd_list(_args: argparse.Namespace) -> ExitCode:
     if not runs:
         print(f"no runs in {runs_root()}")
         return OK
-    rows = [("RUN", "STATUS", "BACKEND", "CREATED", "NODES", "STEPS", "LOSS")]
+    rows = [("RUN", "STATUS", "BACKEND", "CREATED", "NODES", "STEPS", "LOSS", "ATTEMPTS")]
     for run in runs:
         rec = run.load()
         summary = rec.get("summary") or {}
@@ -39,12 +39,20 @@ def _cmd_list(_args: argparse.Namespace) -> ExitCode:
                 str(len(rec.get("hosts") or [])),
                 f"{summary.get('steps', '-')}/{summary.get('total_steps', '-')}" if summary else "-",
                 f"{loss:.4f}" if isinstance(loss, float) else "-",
+                _attempts(rec),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return OK
+
+
+def _attempts(record: dict[str, Any]) -> str:
+    """Return the number of attempts and the failure kind of each failed one: ``2 (trainer_signal)``."""
+    attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
+    kinds = [str(a["kind"]) for a in attempts if a.get("kind")]
+    return f"{len(attempts) or 1}" + (f" ({', '.join(kinds)})" if kinds else "")
 
 
 def _backend(record: dict[str, Any]) -> str:

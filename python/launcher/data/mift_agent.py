@@ -74,7 +74,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import mift_contract as contract
 import mift_gpu
@@ -88,6 +88,13 @@ GIB = 1024**3
 TEARDOWN_ABORT = "terminate called without an active exception"
 WORLD_SIZE_RE = re.compile(r"world size: (\d+)")
 JOINED_RE = re.compile(r"Process rank: (\d+), world size: (\d+)")
+# lines that tell how a trainer failed (the launcher's recovery classifies them): torchrun's report of a rank
+# killed by a signal, out of memory, GPU and collective errors; the last FAILURE_LINES of them are reported
+FAILURE_RE = re.compile(
+    r"Signal \d+ \(SIG|exitcode\s*:\s*-?\d+|out of memory|OutOfMemoryError|HIP error|CUDA error|hipError|"
+    r"cudaError|NCCL error|RCCL error|ECC error|GPU Hang|stalled"
+)
+FAILURE_LINES = 12
 
 
 def _now() -> float:
@@ -282,6 +289,14 @@ class MasterWatch:
         return ""
 
 
+def _open_log(run_dir: Path, extra: dict[str, Any]) -> IO[bytes]:
+    """Open the trainer log to append; a restarted run (the launcher's recovery) appends to it, so what this
+    start writes begins at ``extra["log_offset"]``."""
+    log = (run_dir / "trainer.log").open("ab")
+    extra.setdefault("log_offset", log.tell())
+    return log
+
+
 def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str, Any] | None = None) -> None:
     """Run in the detached supervisor: start the trainer, wait for it, record how it ended (``extra``: more
     fields for every state.json written, e.g. the Slurm node)."""
@@ -291,7 +306,7 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
     argv = [str(a) for a in job["argv"]]
     venv_bin = str(Path(argv[0]).parent)
     env["PATH"] = venv_bin + os.pathsep + env["PATH"]  # llamafactory-cli runs `torchrun` by name
-    log = (run_dir / "trainer.log").open("ab")
+    log = _open_log(run_dir, extra)
     started = _now()
     sampler = mift_gpu.Sampler.for_job(run_dir, job)
     if sampler is not None:
@@ -665,18 +680,29 @@ def _last_jsonl(path: Path) -> dict[str, Any]:
     return last
 
 
-def _log_facts(log: Path) -> dict[str, Any]:
-    """Return what the trainer log says: ranks that joined, world size, a teardown abort, the last lines."""
+def _log_facts(log: Path, offset: int = 0) -> dict[str, Any]:
+    """Return what the trainer log says: ranks that joined, world size, a teardown abort, how it failed, the
+    last lines; ``offset``: where the current start's output begins (earlier starts are not judged)."""
     try:
-        text = log.read_bytes().decode("utf-8", "replace")
+        with log.open("rb") as fh:
+            fh.seek(offset if 0 < offset <= log.stat().st_size else 0)
+            text = fh.read().decode("utf-8", "replace")
     except OSError:
-        return {"ranks_joined": [], "world_size": None, "teardown_abort": False, "log_tail": ""}
+        return {
+            "ranks_joined": [],
+            "world_size": None,
+            "teardown_abort": False,
+            "failure_lines": [],
+            "log_tail": "",
+        }
     joined = sorted({int(m.group(1)) for m in JOINED_RE.finditer(text)})
     sizes = [int(m) for m in WORLD_SIZE_RE.findall(text)]
+    failures = [line.strip()[:300] for line in text[-65536:].splitlines() if FAILURE_RE.search(line)]
     return {
         "ranks_joined": joined,
         "world_size": sizes[-1] if sizes else None,
         "teardown_abort": TEARDOWN_ABORT in text,
+        "failure_lines": failures[-FAILURE_LINES:],
         "log_tail": "\n".join(text[-LOG_TAIL_BYTES:].splitlines()[-8:]),
     }
 
@@ -723,7 +749,7 @@ def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
         "output_dir": str(output_dir),
         "processes": None if remote else _processes(job, run_dir),
         **{k: state[k] for k in ("slurm_node", "master_addr") if state.get(k)},  # a Slurm task's placement
-        **_log_facts(run_dir / "trainer.log"),
+        **_log_facts(run_dir / "trainer.log", int(state.get("log_offset") or 0)),
         **({} if remote else {"watch": watch_facts(run_dir, job)}),
         **mift_gpu.status_fields(run_dir),
     }

@@ -21,6 +21,7 @@ import yaml
 
 from launcher import runner as runner_module
 from launcher.backends import backend_of
+from launcher.engine import attempts
 from launcher.engine.finish import finish
 from launcher.engine.plan import (
     TRAIN_FILE,
@@ -39,7 +40,7 @@ from launcher.jobspec import mask_env
 from launcher.merge import merge_after_run
 from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
-from launcher.runs import RunDir, new_run_id
+from launcher.runs import FINAL_STATES, RunDir, new_run_id
 from launcher.staging import YAML_KEYS, stage, stage_items, write_manifests
 from launcher.tokenize_once import tokenize_for_run
 from launcher.validation.job import load_job
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts, NodePath
     from launcher.problems import FileReport
+    from launcher.recovery import Failure
     from launcher.runner import PlaybookRunner
     from launcher.validation.job import LoadedJob
 
@@ -193,6 +195,7 @@ def run_job(
         if resume is not None:
             raise ConfigurationError(f"{job_path}: run --resume: not supported with slurm.shared_dir yet")
         backend_fields["slurm"] = slurm_shared.record_fields(spec, login, run_id)
+    recover = _check_recovery(spec, job_path, backend_fields.get("backend", "ssh"), detach=detach, out=out)
     interrupted = threading.Event()
     with interrupt_guard(interrupted):
         run = RunDir.create(
@@ -214,6 +217,7 @@ def run_job(
         runner = runner_module.PlaybookRunner(run.ansible_dir, inventory=inv)
         runner.cancel_requested = interrupted
         run.set_status("preflight")
+        attempts.begin(run, 1, time.time())
         try:
             facts = preflight_once.reuse(spec.hosts) if preflight_once and not resume else None
             if facts is None and login is not None:  # the login host stands in for the nodes Slurm picks
@@ -241,7 +245,7 @@ def run_job(
             plan = build_plan(job, facts, run_id, resume, training)
             _refuse(validate_plan(plan))
         except LauncherError as err:
-            run.set_status("stopped" if interrupted.is_set() else "rejected", str(err))
+            _ended_before_start(run, "stopped" if interrupted.is_set() else "rejected", err)
             raise
         try:
             tokenized = stage_for_run(job, runner, run, interrupted, out, plan=plan)
@@ -250,9 +254,203 @@ def run_job(
                 _refuse(validate_plan(plan))
         except LauncherError as err:
             failed = "failed" if isinstance(err, JobFailedError) else "rejected"
-            run.set_status("stopped" if interrupted.is_set() else failed, str(err))
+            _ended_before_start(run, "stopped" if interrupted.is_set() else failed, err)
             raise
-        return _ship_and_follow(run, runner, plan, interrupted=interrupted, detach=detach, out=out)
+        return _attempt_loop(
+            run, runner, plan, interrupted=interrupted, detach=detach, out=out, resume=resume, recover=recover
+        )
+
+
+def _ended_before_start(run: RunDir, state: str, err: LauncherError) -> None:
+    """Record a run (and its first attempt) that ended before its trainers started."""
+    attempts.end(run, state, str(err))
+    run.set_status(state, str(err))
+
+
+def _check_recovery(spec: JobSpec, job_path: Path, backend: str, *, detach: bool, out: IO[str]) -> bool:
+    """Return True when the run retries failed attempts; refuse, in one line, a recovery policy the run cannot
+    follow; note when the default one is off.
+
+    Recovery needs the launcher following the run (not ``--detach``) over the ssh backend (Slurm requeues
+    are its own: issue 28 item 5).
+    """
+    why = "" if backend == "ssh" else f"the {backend} backend does not retry attempts yet"
+    why = why or ("a detached run is not followed: nobody restarts it" if detach else "")
+    if not why or not spec.recovery.enabled:
+        return spec.recovery.enabled
+    if "recovery" in spec.model_fields_set:
+        raise ConfigurationError.at(
+            job_path, "recovery", f"{why}; set recovery.max_restarts: 0, or follow it over ssh", "recovery"
+        )
+    print(f"note: recovery off: {why}; the first failure ends the run", file=out)
+    return False
+
+
+def _next_plan(
+    run: RunDir,
+    runner: PlaybookRunner,
+    previous: RunPlan,
+    resume: ResumeFrom | None,
+    out: IO[str],
+) -> RunPlan:
+    """Preflight again and plan the next attempt: the same training plan (global batch, split, strategy), the
+    same output_dir, resuming from the last checkpoint complete on every node (none: from step 0, said)."""
+    from launcher.engine.plan import ResumeFrom, last_common_checkpoint  # noqa: PLC0415
+
+    spec = previous.spec
+    facts = run_preflight(
+        runner,
+        spec,
+        run.run_id,
+        output_dir=previous.output_dir,
+        checkpoints_of=previous.output_dir,
+        requires=_node_paths(previous.job, resume),
+    )
+    step = last_common_checkpoint(facts)
+    source = None
+    if step is not None or resume is not None:  # `run --resume` without one: refused (nothing to resume)
+        source = ResumeFrom(resume.run_id if resume else run.run_id, previous.output_dir)
+    if step is not None:
+        print(f"resuming from {previous.output_dir}/checkpoint-{step} (complete on every node)", file=out)
+    elif resume is None:
+        print("no checkpoint complete on every node: the next attempt starts again from step 0", file=out)
+    plan = build_plan(previous.job, facts, run.run_id, source, previous.training)
+    tokenized = (yaml.safe_load(previous.files[TRAIN_FILE]) or {}).get("tokenized_path")
+    if tokenized:  # tokenize once: the nodes keep the tokenized copy the first attempt read
+        plan = with_tokenized_path(plan, str(tokenized))
+    _refuse(validate_plan(plan))
+    return plan
+
+
+def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
+    run: RunDir,
+    runner: PlaybookRunner,
+    plan: RunPlan,
+    *,
+    interrupted: threading.Event,
+    detach: bool,
+    out: IO[str],
+    resume: ResumeFrom | None,
+    recover: bool,
+) -> ExitCode:
+    """Run attempts until one succeeds, is stopped, or fails in a way the recovery policy does not retry
+    (``recover`` False: the first failure ends the run, as it is judged)."""
+    from launcher.recovery import Failure, decide  # noqa: PLC0415
+
+    earlier: list[Failure] = []
+    number = 1
+    while True:
+        attempts.planned(run, plan)
+        outcome = _ship_and_follow(run, runner, plan, interrupted=interrupted, detach=detach, out=out)
+        if not isinstance(outcome, tuple):
+            return outcome  # detached: the trainers run on
+        verdict, nodes, job = outcome
+        if verdict.state not in ("failed", "stalled") or not recover:
+            attempts.end(run, verdict.state, verdict.reason)
+            finish(job, verdict, nodes, out=out, announce=True)
+            if verdict.state == "succeeded":
+                merge_after_run(run, plan, runner, train=yaml.safe_load(plan.files[TRAIN_FILE]), out=out)
+            return OK if verdict.state == "succeeded" else JOB_FAILED
+        failure, nodes = _failure_of(run, job, verdict, nodes, spec=plan.spec, interrupted=interrupted)
+        decision = decide(plan.spec.recovery, earlier, failure)
+        attempts.end(run, verdict.state, verdict.reason, failure, decision)
+        print(
+            f"attempt {number} failed ({failure.kind}"
+            f"{' on ' + failure.host if failure.host else ''}): {decision.why}",
+            file=out,
+            flush=True,
+        )
+        if not decision.retry:
+            final = Verdict(verdict.state, f"{failure.reason}; {decision.why}")
+            finish(job, final, nodes, out=out, announce=True)
+            return JOB_FAILED
+        print(f"{verdict.state}: {verdict.reason}; stopping every node ...", file=out, flush=True)
+        run.set_status("stopping", verdict.reason)
+        job.dump_stacks_on_stop = verdict.state == "stalled"  # as finish() does: the stacks tell who hung
+        job.stop()
+        job.dump_stacks_on_stop = False
+        if _ended_elsewhere(run, out):
+            return JOB_FAILED
+        run.update(nodes={h: _brief(n) for h, n in nodes.items()})
+        run.set_status("recovering", decision.why)
+        if interrupted.wait(decision.backoff_s):
+            verdict = Verdict("stopped", "interrupted (Ctrl-C) while waiting to retry")
+            finish(job, verdict, nodes, out=out, stopped=True)
+            return JOB_FAILED
+        if _ended_elsewhere(run, out):
+            return JOB_FAILED
+        earlier.append(failure)
+        number += 1
+        print(f"attempt {number}: preflight ...", file=out, flush=True)
+        run.set_status("preflight", f"attempt {number}")
+        attempts.begin(run, number, time.time())
+        try:
+            plan = _next_plan(run, runner, plan, resume, out)
+        except LauncherError as err:
+            stopped = interrupted.is_set()
+            why = f"attempt {number}: {err}"
+            never = Failure("preflight", "", str(err))
+            attempts.end(run, "stopped" if stopped else "failed", str(err), None if stopped else never)
+            finish(
+                job,
+                Verdict("stopped" if stopped else "failed", why),
+                nodes,
+                out=out,
+                stopped=True,
+                announce=True,
+            )
+            return JOB_FAILED
+
+
+def _failure_of(
+    run: RunDir,
+    job: Job,
+    verdict: Verdict,
+    nodes: dict[str, dict[str, Any]],
+    *,
+    spec: JobSpec,
+    interrupted: threading.Event,
+) -> tuple[Failure, dict[str, dict[str, Any]]]:
+    """Return what failed in a ``failed`` or ``stalled`` attempt, and the node states it was judged from."""
+    from launcher.recovery import classify, stall_failure  # noqa: PLC0415
+
+    if verdict.state == "stalled":  # the watchdog's verdict; the record's `stall` names the lagging nodes
+        stall = run.load().get("stall") or {}
+        return stall_failure(verdict.reason, [str(h) for h in stall.get("lagging") or []]), nodes
+    failure = classify(verdict.reason, nodes)
+    if failure.kind not in spec.recovery.retry_on and _running(nodes):
+        # the cause may not have reached every node's state yet (a rank killed on host2 makes host1's
+        # rank fail first): one more poll before judging what failed
+        nodes = _settled(job, nodes, spec.poll_interval_s, interrupted)
+        failure = classify(verdict.reason, nodes)
+    return failure, nodes
+
+
+def _running(nodes: dict[str, dict[str, Any]]) -> bool:
+    return any(n.get("state") == "running" for n in nodes.values())
+
+
+def _settled(
+    job: Job, nodes: dict[str, dict[str, Any]], wait_s: float, interrupted: threading.Event
+) -> dict[str, dict[str, Any]]:
+    """Return ``nodes`` with the nodes that were still running polled once more (after ``wait_s``)."""
+    if interrupted.wait(wait_s):
+        return nodes
+    later = job.poll()
+    return {h: later.get(h, n) if n.get("state") == "running" else n for h, n in nodes.items()}
+
+
+def _ended_elsewhere(run: RunDir, out: IO[str]) -> bool:
+    """Return True (and say so) when ``launcher stop`` ended the run while it was between attempts."""
+    status = run.load().get("status")
+    if status not in FINAL_STATES:
+        return False
+    print(f"run {run.run_id}: {status} while waiting to retry; no next attempt", file=out)
+    return True
+
+
+def _brief(node: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in node.items() if k != "log_tail"}
 
 
 def stage_for_run(
@@ -369,7 +567,9 @@ def _ship_and_follow(
     interrupted: threading.Event,
     detach: bool,
     out: IO[str],
-) -> ExitCode:
+) -> ExitCode | tuple[Verdict, dict[str, dict[str, Any]], Job]:
+    """Start the plan's trainers and follow them; return the verdict, the last node states and the job (the
+    caller finishes or retries), or OK once a detached run started."""
     spec, facts = plan.spec, plan.facts
     _write_node_files(run, plan)
     for note in facts.notes:
@@ -420,11 +620,8 @@ def _ship_and_follow(
     run.update(start_s=round(time.monotonic() - t_start, 2), started={h: s for h, s in started.items() if s})
     if interrupted.is_set() or not launch.ok:
         if interrupted.is_set():
-            verdict = Verdict("stopped", "interrupted (Ctrl-C) while starting")
-        else:
-            verdict = Verdict("failed", _launch_failure(launch.failures))
-        finish(job, verdict, out=out, announce=True)
-        return JOB_FAILED
+            return Verdict("stopped", "interrupted (Ctrl-C) while starting"), {}, job
+        return Verdict("failed", _launch_failure(launch.failures)), {}, job
     run.set_status("running")
     slurm = run.load().get("slurm")
     master_addr = plan.master_addr
@@ -459,10 +656,7 @@ def _ship_and_follow(
         out=out,
         watch=watch,
     )
-    finish(job, verdict, nodes, out=out, announce=True)
-    if verdict.state == "succeeded":
-        merge_after_run(run, plan, runner, train=yaml.safe_load(plan.files[TRAIN_FILE]), out=out)
-    return OK if verdict.state == "succeeded" else JOB_FAILED
+    return verdict, nodes, job
 
 
 def _progress_watch(plan: RunPlan, hosts: list[str], out: IO[str]) -> ProgressWatch | None:

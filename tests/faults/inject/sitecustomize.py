@@ -7,6 +7,9 @@ Trainer (the base of LLaMA-Factory's, which overrides neither method) slow where
 * ``MIFT_FAULTS_SLOW_FIRST_STEP_S``: the first ``training_step`` sleeps that long first (a long compilation);
 * ``MIFT_FAULTS_SLOW_SAVE_S``: the first ``_save_checkpoint`` sleeps that long first (a slow file system): the
   step is logged, then nothing is written while it sleeps.
+* ``MIFT_FAULTS_SLOW_STEPS``: ``A-B:S``, the A-th to B-th ``training_step`` calls of each process (1-based)
+  sleep S seconds first: the step before them stays the last logged for S seconds, so that a kill from
+  outside lands there (tests/faults/test_recovery.py).
 
 Without either variable it does nothing. Standard library only.
 """
@@ -22,6 +25,10 @@ from typing import Any
 
 FIRST_STEP_S = float(os.environ.get("MIFT_FAULTS_SLOW_FIRST_STEP_S") or 0)
 SAVE_S = float(os.environ.get("MIFT_FAULTS_SLOW_SAVE_S") or 0)
+_CALLS, _, _SLEEP = (os.environ.get("MIFT_FAULTS_SLOW_STEPS") or "0-0:0").partition(":")
+_FIRST, _, _LAST = _CALLS.partition("-")
+SLOW_FROM, SLOW_TO = int(_FIRST), int(_LAST or _FIRST)
+SLOW_STEP_S = float(_SLEEP or 0)
 
 
 def _slow(module: Any) -> None:
@@ -38,6 +45,18 @@ def _slow(module: Any) -> None:
             return step(self, *args, **kwargs)
 
         trainer.training_step = training_step
+    if SLOW_TO > 0 and SLOW_STEP_S > 0:
+        each_step = trainer.training_step
+        calls: list[bool] = []
+
+        def slow_training_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            calls.append(True)
+            if SLOW_FROM <= len(calls) <= SLOW_TO:
+                print(f"mift-faults: slow step call {len(calls)}: sleeping {SLOW_STEP_S:g} s", flush=True)
+                time.sleep(SLOW_STEP_S)
+            return each_step(self, *args, **kwargs)
+
+        trainer.training_step = slow_training_step
     if SAVE_S > 0:
         save = trainer._save_checkpoint
         saved: list[bool] = []
@@ -74,5 +93,5 @@ class _AfterTrainerImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-if FIRST_STEP_S > 0 or SAVE_S > 0:
+if FIRST_STEP_S > 0 or SAVE_S > 0 or SLOW_TO > 0:
     sys.meta_path.insert(0, _AfterTrainerImport())

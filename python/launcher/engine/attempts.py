@@ -1,0 +1,69 @@
+"""The attempts of a run, kept in its record (``attempts``): one entry per start of the trainers.
+
+A run that recovers from a failure (``launcher.recovery``) starts its trainers again in the same node run
+directories, from the last checkpoint complete on every node; each start is an attempt with its nodes, the
+step it resumed from, its start and end times, how it ended, the failure kind and the recovery decision.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from launcher.engine.plan import RunPlan
+    from launcher.recovery import Decision, Failure
+    from launcher.runs import RunDir
+
+_CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)/?$")
+
+
+def resume_step(plan: RunPlan) -> int | None:
+    """Return the checkpoint step the plan's trainers resume from (None: from the start, or the trainer's own
+    choice with ``resume: true`` and no checkpoint listed)."""
+    resume_from = next(iter(plan.jobs.values()), {}).get("resume_from") if plan.jobs else None
+    match = _CHECKPOINT_RE.search(str(resume_from or ""))
+    return int(match.group(1)) if match else None
+
+
+def begin(run: RunDir, number: int, started_at: float) -> None:
+    """Record that attempt ``number`` began (at ``started_at``, before its preflight)."""
+    attempts = _attempts(run)
+    attempts.append({"attempt": number, "started_at": round(started_at, 3), "state": "preflight"})
+    run.update(attempts=attempts)
+
+
+def planned(run: RunDir, plan: RunPlan) -> None:
+    """Record the current attempt's nodes and resume step (its plan is built)."""
+    _update_last(run, hosts=list(plan.hosts), resume_step=resume_step(plan), state="running")
+
+
+def end(
+    run: RunDir,
+    state: str,
+    reason: str = "",
+    failure: Failure | None = None,
+    decision: Decision | None = None,
+) -> None:
+    """Record how the current attempt ended."""
+    fields: dict[str, Any] = {"state": state, "ended_at": round(time.time(), 3)}
+    if reason:
+        fields["reason"] = reason
+    if failure is not None:
+        fields.update(kind=failure.kind, failed_host=failure.host or None)
+    if decision is not None:
+        fields["decision"] = decision.why
+    _update_last(run, **fields)
+
+
+def _attempts(run: RunDir) -> list[dict[str, Any]]:
+    value = run.load().get("attempts")
+    return [dict(a) for a in value if isinstance(a, dict)] if isinstance(value, list) else []
+
+
+def _update_last(run: RunDir, **fields: Any) -> None:  # noqa: ANN401 - JSON values
+    attempts = _attempts(run)
+    if attempts:
+        attempts[-1].update(fields)
+        run.update(attempts=attempts)

@@ -1,0 +1,214 @@
+"""Recovery: which failure a run met, and whether the launcher starts another attempt.
+
+Pure decisions, no I/O: :func:`classify` turns the follow loop's verdict and the last node states into a
+:class:`Failure` of one kind; :func:`decide` says, from the job spec's ``recovery`` policy and the failures of
+the earlier attempts, whether the run is retried (and after how long) or ends, and why, in one line. The
+engine (``launcher.engine.steps``) does the stopping, waiting and resuming.
+
+Failure kinds (``FAILURE_KINDS``):
+
+* ``node_lost`` -- a node stopped answering (``unreachable for N polls``) or its supervisor and trainer are
+  gone (``trainer vanished``): a reboot, a network cut, a dead host.
+* ``trainer_signal`` -- a trainer process was killed by a signal: the trainer's exit status is negative or
+  128+N, or torchrun reports a rank's ``exitcode : -N`` / ``Signal N (SIGx) received``.
+* ``gpu_error`` -- the node's GPU telemetry saw a GPU break (``gpu_fault``: an uncorrectable ECC count above
+  the baseline's, a GPU gone), or the trainer log shows a GPU or collective error (``HIP error``, ``CUDA
+  error``, ``hipError*``, ``NCCL``/``RCCL error``, an ECC error).
+* ``stall`` -- the progress watchdog ended the attempt ``stalled`` (:func:`stall_failure`).
+* ``oom`` -- out of memory: never retried as is (the same plan would run out again).
+* ``trainer_error`` -- the trainer exited non-zero by itself (a Python error: a bug, a bad path).
+* ``start_failed`` -- the launch playbook failed on a node.
+* ``incomplete_output`` -- every trainer ended but the first node's output_dir lacks the results.
+* ``timeout`` -- the job spec's ``timeouts.job_s`` was reached.
+
+``NEVER_RETRIED``: a bad config and a validation or preflight failure are never retried (they cannot be named
+in ``retry_on``): the same input fails the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+FAILURE_KINDS: dict[str, str] = {
+    "node_lost": "a node stopped answering or its trainer and supervisor vanished",
+    "trainer_signal": "a trainer process was killed by a signal",
+    "gpu_error": "a GPU or collective (HIP/CUDA/NCCL/RCCL) error",
+    "stall": "the run stopped making progress (watchdog)",
+    "oom": "out of memory",
+    "trainer_error": "the trainer exited non-zero by itself",
+    "start_failed": "the trainer did not start on a node",
+    "incomplete_output": "the trainers ended without the expected outputs",
+    "timeout": "the job's time limit (timeouts.job_s) was reached",
+}
+# failures no policy retries: the same input fails the same way
+NEVER_RETRIED: dict[str, str] = {
+    "config_error": "a bad job spec or config",
+    "preflight": "a validation or preflight failure",
+}
+# the job spec's defaults (launcher.jobspec.RecoveryPolicy takes them from here): a long run on a cluster
+# retries what a node or the hardware did to it, not what the job itself does wrong
+DEFAULT_MAX_RESTARTS = 3
+DEFAULT_RETRY_ON: tuple[str, ...] = ("node_lost", "trainer_signal", "stall", "gpu_error")
+DEFAULT_BACKOFF_S = 30.0
+DEFAULT_SAME_FAILURE_LIMIT = 2
+
+# priority when several nodes failed in one poll: the cause before its consequences (a rank killed on one
+# node makes the ranks of the others fail with a collective error)
+_PRIORITY = ("node_lost", "gpu_error", "oom", "trainer_signal", "stall", "trainer_error")
+_SIGNAL_RE = re.compile(r"Signal (\d+) \((SIG[A-Z0-9]+)\) received|exitcode\s*:\s*-(\d+)")
+_OOM_RE = re.compile(r"out of memory|OutOfMemoryError|MemoryError", re.IGNORECASE)
+_GPU_RE = re.compile(
+    r"HIP error|CUDA error|hipError[A-Za-z]+|cudaError[A-Za-z]+|NCCL error|RCCL error|ncclInternalError|"
+    r"ncclUnhandledCudaError|uncorrectable ECC|ECC error|GPU Hang|HW Exception",
+)
+SHELL_SIGNAL_BASE = 128
+_HOST_REASON_RE = re.compile(r"^([^:\s]+): (.*)$")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One attempt's failure: its kind, the node it is blamed on ('' for the whole job) and the reason."""
+
+    kind: str
+    host: str
+    reason: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Return what makes two failures "the same": the kind and the node."""
+        return (self.kind, self.host)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Retry (after ``backoff_s`` seconds) or end the run; ``why`` is one line for the user and the record."""
+
+    retry: bool
+    why: str
+    backoff_s: float = 0.0
+
+
+def _node_text(node: Mapping[str, Any]) -> str:
+    lines = node.get("failure_lines")
+    text = "\n".join(str(x) for x in lines) if isinstance(lines, list) else ""
+    return f"{text}\n{node.get('log_tail') or ''}\n{node.get('reason') or ''}"
+
+
+def _node_kind(node: Mapping[str, Any]) -> str | None:  # noqa: PLR0911 - one return per kind
+    """Return the failure kind one node's status shows, or None when it did not fail."""
+    state = node.get("state")
+    if state in ("unreachable", "vanished", "absent"):
+        return "node_lost"
+    if node.get("gpu_fault"):  # the supervisor stopped the trainer: a GPU broke (launcher.telemetry)
+        return "gpu_error"
+    if state != "failed":
+        return None
+    text = _node_text(node)
+    if _GPU_RE.search(text):
+        return "gpu_error"
+    if _OOM_RE.search(text):
+        return "oom"
+    rc = node.get("rc")
+    if (isinstance(rc, int) and _signalled(rc)) or _SIGNAL_RE.search(text):
+        return "trainer_signal"
+    return "trainer_error"
+
+
+def _signalled(rc: int) -> bool:
+    """Return True for the exit status of a process killed by a signal (Python: -N; a shell: 128+N)."""
+    return rc < 0 or rc >= SHELL_SIGNAL_BASE
+
+
+def classify(  # noqa: PLR0911 - one return per kind the judge's line names
+    reason: str, nodes: Mapping[str, Mapping[str, Any]] | None = None
+) -> Failure:
+    """Return the failure behind a ``failed`` verdict (``reason``: the judge's line, ``nodes``: the last node
+    states, host -> agent status with ``log_tail`` and ``failure_lines``).
+
+    The judge names the first node it saw fail; when several failed, the kind is taken from every node, the
+    cause first (``_PRIORITY``): a rank killed on host2 makes host1's rank fail with a collective error.
+    """
+    match = _HOST_REASON_RE.match(reason)
+    host, what = (match.group(1), match.group(2)) if match else ("", reason)
+    if reason.startswith("job_s timeout"):
+        return Failure("timeout", "", reason)
+    if "start failed" in what or reason == "launch playbook failed":
+        return Failure("start_failed", host, reason)
+    if "unreachable for" in what or "trainer vanished" in what:
+        return Failure("node_lost", host, reason)
+    if "output_dir lacks" in what:
+        return Failure("incomplete_output", host, reason)
+    kinds = {h: k for h, k in ((h, _node_kind(n)) for h, n in (nodes or {}).items()) if k is not None}
+    for kind in _PRIORITY:
+        blamed = [h for h, k in kinds.items() if k == kind]
+        if blamed:
+            chosen = host if host in blamed else blamed[0]
+            why = reason if chosen == host else f"{chosen}: {FAILURE_KINDS[kind]} ({reason})"
+            return Failure(kind, chosen, why)
+    if "rc=" in what:
+        rc = re.search(r"rc=(-?\d+)", what)
+        code = int(rc.group(1)) if rc else 1
+        return Failure("trainer_signal" if _signalled(code) else "trainer_error", host, reason)
+    return Failure("trainer_error", host, reason)
+
+
+def stall_failure(reason: str, lagging: Sequence[str]) -> Failure:
+    """Return the failure behind a ``stalled`` verdict (the progress watchdog): blamed on the one lagging
+    node, else on none (every node at the same step: the stack dumps tell)."""
+    return Failure("stall", lagging[0] if len(lagging) == 1 else "", reason)
+
+
+class PolicyLike(Protocol):
+    """What :func:`decide` reads of a recovery policy (``launcher.jobspec.RecoveryPolicy``)."""
+
+    @property
+    def max_restarts(self) -> int: ...
+    @property
+    def retry_on(self) -> Sequence[str]: ...
+    @property
+    def backoff_s(self) -> float: ...
+    @property
+    def same_failure_limit(self) -> int: ...
+
+
+def decide(policy: PolicyLike, earlier: Sequence[Failure], failure: Failure) -> Decision:
+    """Decide whether the run gets another attempt after ``failure``.
+
+    Args:
+        policy: the job spec's recovery policy.
+        earlier: the failures of the attempts before this one, oldest first.
+        failure: this attempt's failure.
+    """
+    restarts = len(earlier)
+    if failure.kind in NEVER_RETRIED:
+        return Decision(False, f"not retried: {NEVER_RETRIED[failure.kind]} is never retried")
+    if failure.kind not in policy.retry_on:
+        listed = ", ".join(policy.retry_on) or "nothing"
+        return Decision(False, f"not retried: {failure.kind} is not in recovery.retry_on ({listed})")
+    same = 1
+    for old in reversed(earlier):
+        if old.key != failure.key:
+            break
+        same += 1
+    if same >= policy.same_failure_limit:
+        where = f" on {failure.host}" if failure.host else ""
+        return Decision(
+            False,
+            f"not retried: {failure.kind}{where} {same} times in a row "
+            f"(recovery.same_failure_limit {policy.same_failure_limit})",
+        )
+    if restarts >= policy.max_restarts:
+        return Decision(
+            False, f"not retried: the retry budget is used up ({restarts} of {policy.max_restarts} restarts)"
+        )
+    return Decision(
+        True,
+        f"retrying: {failure.kind} is in recovery.retry_on; restart {restarts + 1} of {policy.max_restarts} "
+        f"in {policy.backoff_s:g} s",
+        policy.backoff_s,
+    )

@@ -1,0 +1,249 @@
+"""Recovery (issue 28) on the test hosts: a run whose trainer is killed resumes by itself from the last
+checkpoint complete on every node and finishes, with the losses of an uninterrupted run; a run out of retries
+ends ``failed`` listing every attempt; a failure of the job itself is never retried.
+
+The uninterrupted reference run (the same job, seed and checkpoints, nothing injected) is made once per module
+and shared: its per-step losses are what the recovered run's losses are compared with.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import pytest
+
+from mift_testsupport.cluster import Cluster
+from mift_testsupport.launcher import finish
+
+from .test_watchdog import ENV, INJECT_DIR, _install_injection
+
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+
+STEPS = 40  # the resume cases' length: the kill comes at step 6, checkpoints every 4
+SAVE_STEPS = 4
+KILL_AT = 6
+LOSS_TOLERANCE = 0.01  # relative: the recovered run's loss at each step after the resume vs the reference's
+FAST = {"backoff_s": 1}  # the suite's retries wait 1 s, not the default 30
+# the tiny model steps every ~0.7 s: the 7th training step of each process sleeps 8 s first (inject/, a TEST
+# DOUBLE), so step 6 stays the last logged long enough for the kill from outside to land there; the losses
+# are not touched, and the reference run gets the same environment
+SLOW_ENV = {**ENV, "PYTHONPATH": INJECT_DIR, "MIFT_FAULTS_SLOW_STEPS": f"{KILL_AT + 1}:8"}
+
+
+def _losses(cluster: Cluster, run_id: str) -> tuple[list[int], dict[int, float]]:
+    """Host1's logged steps in order (every attempt appends) and step -> loss (the last logged for a step)."""
+    text = cluster.ssh(1, f"cat /var/lib/mift/runs/{run_id}/output/trainer_log.jsonl 2>/dev/null; true")
+    steps: list[int] = []
+    losses: dict[int, float] = {}
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+            step = int(entry["current_steps"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        steps.append(step)
+        if isinstance(entry.get("loss"), int | float):
+            losses[step] = float(entry["loss"])
+    return steps, losses
+
+
+def _rank_pid(cluster: Cluster, host: int, run_id: str) -> int | None:
+    """The pid of the run's training rank on ``host`` (LLaMA-Factory's launcher.py under torchrun), if any."""
+    probe = (
+        "for p in $(pgrep -f 'llamafactory/launcher.py'); do "
+        f"grep -qs 'MIFT_AGENT_KEY={run_id}@' /proc/$p/environ && echo $p; done; true"
+    )
+    pids = [int(p) for p in cluster.ssh(host, probe).split()]
+    return max(pids) if pids else None
+
+
+def _kill_at_step(
+    cluster: Cluster, run_id: str, step: int, proc: Any, seconds: float = 900
+) -> tuple[int, int]:
+    """SIGKILL host2's training rank once host1 logged ``step``; return the step logged then and the pid."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"launcher ended (rc={proc.returncode}) before step {step}")
+        steps = _losses(cluster, run_id)[0]
+        if steps and steps[-1] >= step:
+            pid = _rank_pid(cluster, 2, run_id)
+            if pid is not None:
+                cluster.ssh(2, f"kill -KILL {pid}")
+                return steps[-1], pid
+        time.sleep(0.3)
+    raise AssertionError(f"step {step} not logged within {seconds:.0f} s")
+
+
+def _kill_next_rank(cluster: Cluster, name: str, run_id: str, proc: Any, seconds: float = 600) -> None:
+    """SIGKILL host2's training rank of attempt 2 after that attempt's first logged step (host1's
+    trainer_log.jsonl written after attempt 2 began: the attempt starts from step 0 and rewrites it), so that
+    both ranks run and the kill is the first failure every node sees."""
+    log = f"/var/lib/mift/runs/{run_id}/output/trainer_log.jsonl"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"launcher ended (rc={proc.returncode}) before attempt 2's first step")
+        attempts = cluster.record(name).get("attempts") or []
+        if len(attempts) >= 2 and attempts[-1].get("state") == "running":
+            mtime = cluster.ssh(1, f"stat -c %Y {log} 2>/dev/null; true").strip()
+            steps = _losses(cluster, run_id)[0]
+            pid = _rank_pid(cluster, 2, run_id)
+            if mtime and float(mtime) > float(attempts[-1]["started_at"]) and steps and pid is not None:
+                cluster.ssh(2, f"kill -KILL {pid}", check=False)
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"no logged step of attempt 2 within {seconds:.0f} s")
+
+
+def _run_id(cluster: Cluster, name: str, proc: Any, seconds: float = 600) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        run_id = cluster.record(name).get("run_id")
+        if run_id:
+            return str(run_id)
+        if proc.poll() is not None:
+            raise AssertionError(f"launcher ended (rc={proc.returncode}) before its run existed")
+        time.sleep(0.5)
+    raise AssertionError(f"no run record for {name}")
+
+
+def _attempts(record: dict[str, Any]) -> list[str]:
+    return [
+        f"#{a.get('attempt')} {a.get('state')} nodes={','.join(a.get('hosts') or [])} "
+        f"resume={a.get('resume_step')} kind={a.get('kind')}"
+        for a in record.get("attempts") or []
+    ]
+
+
+@pytest.fixture(scope="module")
+def reference(cluster: Cluster) -> dict[int, float]:
+    """The uninterrupted run of the resume job (same seed and checkpoints): step -> loss."""
+    _install_injection(cluster)
+    job = cluster.job("faults-rec-ref", max_steps=STEPS, save_steps=SAVE_STEPS, env=SLOW_ENV)
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=1200)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    _steps, losses = _losses(cluster, str(cluster.record("faults-rec-ref")["run_id"]))
+    assert sorted(losses) == list(range(1, STEPS + 1)), sorted(losses)
+    return losses
+
+
+def test_killed_trainer_resumes_by_itself(
+    cluster: Cluster, reference: dict[int, float], fault_record: dict[str, Any]
+) -> None:
+    """SIGKILL host2's rank at step 6: the run resumes from checkpoint-4 by itself and reaches 40/40 with the
+    reference run's losses."""
+    fault_record.update(
+        case="recovery-trainer-sigkill",
+        group="6 recovery",
+        input=f"a {STEPS}-step job (checkpoints every {SAVE_STEPS}, default recovery policy, backoff 1 s); "
+        f"SIGKILL to host2's training rank at step {KILL_AT}",
+        expected=f"the run resumes by itself from the last checkpoint complete on both nodes (4), reaches "
+        f"{STEPS}/{STEPS}, exit 0; the record lists 2 attempts (trainer_signal on host2, then succeeded); "
+        f"the losses after the resume within {LOSS_TOLERANCE:.0%} of an uninterrupted run's",
+    )
+    name = "faults-rec-kill"
+    job = cluster.job(name, max_steps=STEPS, save_steps=SAVE_STEPS, recovery=FAST, env=SLOW_ENV)
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
+    run_id = _run_id(cluster, name, proc)
+    killed_at, _pid = _kill_at_step(cluster, run_id, KILL_AT, proc)
+    out = finish(proc, log, timeout=1200)
+    rec = cluster.record(name)
+    steps, losses = _losses(cluster, run_id)
+    attempts = rec.get("attempts") or []
+    resume = attempts[-1].get("resume_step") if attempts else None
+    after = [s for s in sorted(reference) if isinstance(resume, int) and s > resume]
+    rows = [(s, reference[s], losses.get(s)) for s in after]
+    worst = max((abs(b - a) / abs(a) for _, a, b in rows if b is not None), default=float("nan"))
+    print(f"\n{name}: killed at step {killed_at}; attempts {_attempts(rec)}")
+    print("step  uninterrupted  recovered  rel.diff")
+    for s, a, b in rows:
+        diff = f"{abs(b - a) / abs(a):.2e}" if b is not None else "-"
+        print(f"{s:4d}  {a:13.6f}  {'-' if b is None else f'{b:9.6f}'}  {diff}")
+    # every attempt appends to the log: the resumed attempt's steps begin where a step is not above the last
+    restart = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), len(steps))
+    resumed_steps = steps[restart:]
+    fault_record["observed"] = (
+        f"killed at step {killed_at}; launcher exit {proc.returncode}, status {rec.get('status')}; attempts: "
+        f"{'; '.join(_attempts(rec))}; host1's steps after the resume "
+        f"{resumed_steps[:2]}...{resumed_steps[-1:]}; "
+        f"losses of steps {after[:1]}..{after[-1:]} vs the uninterrupted run: max relative difference "
+        f"{worst:.2e}"
+    )
+    assert proc.returncode == 0, out[-4000:]
+    assert rec.get("status") == "succeeded", rec.get("timeline")
+    assert len(attempts) == 2, attempts
+    assert (attempts[0].get("kind"), attempts[0].get("failed_host")) == ("trainer_signal", "host2"), attempts[
+        0
+    ]
+    assert (killed_at, resume) == (KILL_AT, 4), (killed_at, resume)
+    assert resumed_steps and resumed_steps[0] == resume + 1 and resumed_steps[-1] == STEPS, steps
+    assert all(b is not None for _, _, b in rows) and worst <= LOSS_TOLERANCE, rows
+    assert "attempt 1 failed (trainer_signal on host2): retrying" in out, out[-3000:]
+
+
+def test_retry_budget_used_up(cluster: Cluster, fault_record: dict[str, Any]) -> None:
+    """max_restarts 1, host2's rank killed in both attempts: the run ends failed with both attempts listed."""
+    fault_record.update(
+        case="recovery-budget-used-up",
+        group="6 recovery",
+        input="recovery max_restarts 1 (backoff 1 s, same_failure_limit 5); host2's training rank SIGKILLed "
+        "after the first logged step of each attempt (no checkpoint yet)",
+        expected="attempt 2 starts again from step 0 (said); after its kill: exit 1, status failed, the "
+        "record and `status` list both attempts, the last decision says the budget is used up",
+    )
+    name = "faults-rec-budget"
+    policy = {**FAST, "max_restarts": 1, "same_failure_limit": 5}
+    job = cluster.job(name, max_steps=STEPS, recovery=policy)
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
+    run_id = _run_id(cluster, name, proc)
+    _kill_at_step(cluster, run_id, 1, proc)
+    _kill_next_rank(cluster, name, run_id, proc)
+    out = finish(proc, log, timeout=600)
+    rec = cluster.record(name)
+    status = cluster.run("status", run_id, timeout=300)
+    attempts = rec.get("attempts") or []
+    listed = [line.strip() for line in status.stdout.splitlines() if re.match(r"\s+attempt \d", line)]
+    fault_record["observed"] = (
+        f"launcher exit {proc.returncode}, status {rec.get('status')}; "
+        f"attempts: {'; '.join(_attempts(rec))}; "
+        f"last decision: {attempts[-1].get('decision') if attempts else None}; "
+        f"`status` lists {len(listed)} attempts"
+    )
+    print("\n" + "\n".join(listed))
+    assert proc.returncode == 1, out[-3000:]
+    assert rec.get("status") == "failed", rec.get("timeline")
+    assert len(attempts) == 2 and len(listed) == 2, (attempts, status.stdout)
+    assert "the retry budget is used up (1 of 1 restarts)" in str(attempts[-1].get("decision")), attempts[-1]
+    assert "starts again from step 0" in out, out[-3000:]
+
+
+def test_failure_of_the_job_itself_is_never_retried(cluster: Cluster, fault_record: dict[str, Any]) -> None:
+    """A training YAML naming a model the nodes do not have: the trainers fail by themselves, once."""
+    fault_record.update(
+        case="recovery-config-error",
+        group="6 recovery",
+        input="the training YAML's lora_target names a module the model lacks (passes validation and "
+        "preflight: only PEFT, in the trainer, knows the model's modules); the default recovery policy",
+        expected="the trainers exit non-zero by themselves (trainer_error): not retried; exit 1, status "
+        "failed, one attempt",
+    )
+    name = "faults-rec-config"
+    job = cluster.job(name, max_steps=STEPS)
+    text = job.parent / "configs" / "train" / f"{name}.yaml"
+    # a missing model folder no longer reaches the trainer: preflight refuses it (never retried either)
+    text.write_text(text.read_text().replace("lora_target: all", "lora_target: no_such_module"))
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=900)
+    rec = cluster.record(name)
+    attempts = rec.get("attempts") or []
+    fault_record["observed"] = (
+        f"launcher exit {out.returncode}, status {rec.get('status')} ({rec.get('result_reason')}); attempts: "
+        f"{'; '.join(_attempts(rec))}; decision: {attempts[-1].get('decision') if attempts else None}"
+    )
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    assert rec.get("status") == "failed" and len(attempts) == 1, attempts
+    assert attempts[0].get("kind") == "trainer_error", attempts[0]
+    assert "not retried: trainer_error is not in recovery.retry_on" in out.stdout, out.stdout[-3000:]

@@ -1,0 +1,456 @@
+"""Recovery (issue 28): the failure kinds, the retry decisions, the job spec's policy, the attempts' record
+and report, and the engine's attempt loop in-process against a test double of the nodes."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_engine_defects import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
+
+from launcher import recovery
+from launcher.exceptions import ConfigurationError
+from launcher.jobspec import RecoveryPolicy, parse_job_spec
+from launcher.main import cli
+from launcher.metrics import summarize
+from launcher.recovery import Failure, classify, decide
+from launcher.report import attempt_lines
+from launcher.runner import PlaybookResult
+
+# torchrun's report of a rank killed by SIGKILL (the lines the agent reports as failure_lines)
+KILLED = ["exitcode  : -9 (pid: 4242)", "traceback : Signal 9 (SIGKILL) received by PID 4242"]
+# what the surviving rank's node says when its peer is gone: a collective error, exit status 1
+PEER_GONE = {
+    "state": "failed",
+    "rc": 1,
+    "failure_lines": ["exitcode  : 1 (pid: 77)"],
+    "log_tail": "RuntimeError",
+}
+
+
+# --- classify -------------------------------------------------------------------------------------------
+
+
+def test_a_rank_killed_on_host2_is_trainer_signal_on_host2_even_when_host1_is_named_first():
+    nodes = {"host1": PEER_GONE, "host2": {"state": "failed", "rc": 1, "failure_lines": KILLED}}
+    failure = classify("host1: trainer exited rc=1", nodes)
+    assert (failure.kind, failure.host) == ("trainer_signal", "host2")
+    assert "host1: trainer exited rc=1" in failure.reason
+
+
+@pytest.mark.parametrize(
+    ("reason", "nodes", "kind", "host"),
+    [
+        ("host2: unreachable for 2 polls (11 s)", {}, "node_lost", "host2"),
+        ("host2: trainer vanished", {}, "node_lost", "host2"),
+        ("host1: trainer exited rc=-9", {"host1": {"state": "failed", "rc": -9}}, "trainer_signal", "host1"),
+        (
+            "host1: trainer exited rc=137",
+            {"host1": {"state": "failed", "rc": 137}},
+            "trainer_signal",
+            "host1",
+        ),
+        (
+            "host1: trainer exited rc=1",
+            {
+                "host1": {
+                    "state": "failed",
+                    "rc": 1,
+                    "failure_lines": ["torch.OutOfMemoryError: HIP out of memory"],
+                }
+            },
+            "oom",
+            "host1",
+        ),
+        (
+            "host1: trainer exited rc=1",
+            {
+                "host1": PEER_GONE,
+                "host2": {"state": "failed", "rc": 1, "failure_lines": ["HIP error: an illegal"]},
+            },
+            "gpu_error",
+            "host2",
+        ),
+        (
+            "host2: GPU 3: uncorrectable ECC errors rose from 0 to 1; trainer stopped",
+            {
+                "host1": PEER_GONE,
+                "host2": {"state": "failed", "rc": -15, "gpu_fault": "GPU 3: uncorrectable ECC errors rose"},
+            },
+            "gpu_error",
+            "host2",
+        ),
+        ("job_s timeout of 60 s reached", {}, "timeout", ""),
+        ("host2: start failed: no llamafactory-cli", {}, "start_failed", "host2"),
+        ("host1: trainers exited but output_dir lacks all_results.json", {}, "incomplete_output", "host1"),
+        (
+            "host1: trainer exited rc=1",
+            {"host1": {"state": "failed", "rc": 1, "log_tail": "ValueError"}},
+            "trainer_error",
+            "host1",
+        ),
+        ("host1: trainer exited rc=2", {}, "trainer_error", "host1"),
+    ],
+)
+def test_classify(reason: str, nodes: dict[str, Any], kind: str, host: str):
+    failure = classify(reason, nodes)
+    assert (failure.kind, failure.host) == (kind, host), failure
+
+
+def test_a_stall_is_blamed_on_the_one_lagging_node_else_on_none():
+    assert recovery.stall_failure("no progress for 60 s", ["host2"]) == Failure(
+        "stall", "host2", "no progress for 60 s"
+    )
+    assert recovery.stall_failure("no progress for 60 s", ["host1", "host2"]).host == ""
+
+
+# --- decide ---------------------------------------------------------------------------------------------
+
+
+POLICY = RecoveryPolicy()  # the job spec's defaults: 3 restarts, node/signal/stall/GPU, 30 s, same twice
+
+
+def test_defaults_live_in_the_recovery_module():
+    assert POLICY.max_restarts == recovery.DEFAULT_MAX_RESTARTS == 3
+    assert (
+        POLICY.retry_on == recovery.DEFAULT_RETRY_ON == ("node_lost", "trainer_signal", "stall", "gpu_error")
+    )
+    assert POLICY.backoff_s == recovery.DEFAULT_BACKOFF_S == 30.0
+    assert POLICY.same_failure_limit == recovery.DEFAULT_SAME_FAILURE_LIMIT == 2
+
+
+def test_a_killed_trainer_is_retried_after_the_backoff():
+    decision = decide(POLICY, [], Failure("trainer_signal", "host2", "host2: trainer exited rc=-9"))
+    assert decision.retry and decision.backoff_s == 30.0
+    assert decision.why == "retrying: trainer_signal is in recovery.retry_on; restart 1 of 3 in 30 s"
+
+
+@pytest.mark.parametrize("kind", ["trainer_error", "oom", "start_failed", "incomplete_output", "timeout"])
+def test_what_the_job_itself_does_wrong_is_not_retried_by_default(kind: str):
+    decision = decide(POLICY, [], Failure(kind, "host1", "x"))
+    assert not decision.retry
+    assert decision.why.startswith(f"not retried: {kind} is not in recovery.retry_on")
+
+
+@pytest.mark.parametrize("kind", ["config_error", "preflight"])
+def test_a_config_or_preflight_failure_is_never_retried(kind: str):
+    decision = decide(POLICY, [], Failure(kind, "", "x"))
+    assert not decision.retry and "is never retried" in decision.why
+
+
+def test_the_same_failure_twice_in_a_row_ends_the_run():
+    first = Failure("trainer_signal", "host2", "a")
+    decision = decide(POLICY, [first], Failure("trainer_signal", "host2", "b"))
+    assert not decision.retry
+    assert decision.why == (
+        "not retried: trainer_signal on host2 2 times in a row (recovery.same_failure_limit 2)"
+    )
+    # on another node it is another failure: retried
+    assert decide(POLICY, [first], Failure("trainer_signal", "host1", "b")).retry
+
+
+def test_the_retry_budget_runs_out():
+    policy = RecoveryPolicy(max_restarts=2, same_failure_limit=5)
+    failures = [Failure("node_lost", "host2", "x"), Failure("trainer_signal", "host1", "y")]
+    assert decide(policy, failures[:1], failures[1]).retry
+    decision = decide(policy, failures, Failure("node_lost", "host2", "z"))
+    assert not decision.retry
+    assert decision.why == "not retried: the retry budget is used up (2 of 2 restarts)"
+
+
+def test_max_restarts_zero_switches_recovery_off():
+    policy = RecoveryPolicy(max_restarts=0)
+    assert not policy.enabled
+    assert not decide(policy, [], Failure("node_lost", "host2", "x")).retry
+
+
+# --- the job spec's recovery key --------------------------------------------------------------------------
+
+
+def _spec(tmp_path: Path, recovery_value: object) -> None:
+    parse_job_spec({"name": "j", "train_config": "t.yaml", "recovery": recovery_value}, tmp_path / "job.yaml")
+
+
+def test_job_spec_accepts_a_policy(tmp_path: Path):
+    spec = parse_job_spec(
+        {"name": "j", "train_config": "t.yaml", "recovery": {"max_restarts": 1, "retry_on": ["node_lost"]}},
+        tmp_path / "job.yaml",
+    )
+    assert spec.recovery.max_restarts == 1 and spec.recovery.retry_on == ("node_lost",)
+    assert spec.recovery.backoff_s == recovery.DEFAULT_BACKOFF_S
+
+
+@pytest.mark.parametrize(
+    ("value", "where", "message"),
+    [
+        ({"retry_on": ["node_lots"]}, "recovery.retry_on", "'node_lots' is not a failure kind"),
+        (
+            {"retry_on": ["config_error"]},
+            "recovery.retry_on",
+            "config_error: a bad job spec or config is never",
+        ),
+        (
+            {"retry_on": ["preflight"]},
+            "recovery.retry_on",
+            "preflight: a validation or preflight failure is never",
+        ),
+        ({"max_restarts": -1}, "recovery.max_restarts", "greater than or equal to 0"),
+        ({"same_failure_limit": 1}, "recovery.same_failure_limit", "greater than or equal to 2"),
+        ({"max_restart": 2}, "recovery.max_restart", "unknown key; did you mean 'max_restarts'?"),
+    ],
+)
+def test_job_spec_refuses_a_bad_policy_in_one_line(tmp_path: Path, value: object, where: str, message: str):
+    with pytest.raises(ConfigurationError) as err:
+        _spec(tmp_path, value)
+    (problem,) = err.value.problems
+    assert problem.key == where and message in problem.message, problem
+
+
+# --- the record: attempts in status, list and the report ----------------------------------------------------
+
+
+RECORD = {
+    "run_id": "r",
+    "status": "succeeded",
+    "attempts": [
+        {
+            "attempt": 1,
+            "started_at": 0,
+            "ended_at": 60,
+            "state": "failed",
+            "hosts": ["host1", "host2"],
+            "resume_step": None,
+            "kind": "trainer_signal",
+            "reason": "host2: trainer exited rc=1",
+            "decision": "retrying: trainer_signal is in recovery.retry_on; restart 1 of 3 in 30 s",
+        },
+        {
+            "attempt": 2,
+            "started_at": 90,
+            "ended_at": 200,
+            "state": "succeeded",
+            "hosts": ["host1", "host2"],
+            "resume_step": 4,
+        },
+    ],
+}
+
+
+def test_attempt_lines_list_every_attempt():
+    lines = attempt_lines(RECORD)
+    assert len(lines) == 2
+    assert (
+        "attempt 1  failed" in lines[0] and "nodes host1,host2  from step 0 trainer_signal: host2" in lines[0]
+    )
+    assert lines[0].endswith("-> retrying: trainer_signal is in recovery.retry_on; restart 1 of 3 in 30 s")
+    assert "attempt 2  succeeded" in lines[1] and lines[1].endswith("from checkpoint-4")
+    # one attempt that no failure ended: nothing to show
+    assert attempt_lines({"attempts": [{"attempt": 1, "state": "succeeded"}]}) == []
+
+
+def test_list_shows_the_attempts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path))
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "record.json").write_text(json.dumps({**RECORD, "created_at": 1}))
+    assert cli(["list"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split()[-1] == "ATTEMPTS" and row.endswith("2 (trainer_signal)")
+
+
+def test_losses_of_a_resumed_attempt_count_once_per_step():
+    log = [{"current_steps": s, "loss": 1.0 + s} for s in (1, 2, 3, 4, 5, 6)]
+    log += [{"current_steps": s, "loss": 2.0 + s} for s in (5, 6, 7)]
+    summary = summarize(log, {})
+    assert [s for s, _ in summary.losses] == [1, 2, 3, 4, 5, 6, 7]
+    assert dict(summary.losses)[5] == 7.0 and summary.final_loss == 9.0
+
+
+# --- the engine: attempts against a test double of the nodes -----------------------------------------------
+
+
+class FlakyNodesDouble:
+    """Test double of PlaybookRunner: two healthy nodes whose first attempt fails (host2's rank SIGKILLed at
+    step 6, checkpoint-4 complete on both) and whose second attempt finishes; records every playbook run."""
+
+    calls: list[tuple[str, dict[str, Any]]]
+    launches = 0
+    on_stop: Any = None
+    polls = 0
+    slow_cause = False  # host2's failure reaches its state one poll after host1's
+    first_fault = "signal"  # how the first attempt fails: "signal", "gpu" (telemetry's fault), "stall"
+
+    def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
+        self.cancel_requested = threading.Event()
+        private_data_dir.mkdir(parents=True, exist_ok=True)
+
+    def run(self, playbook: str, extravars: dict[str, Any], **_: Any) -> PlaybookResult:
+        FlakyNodesDouble.calls.append((playbook, extravars))
+        if playbook == "stop" and FlakyNodesDouble.on_stop is not None:
+            FlakyNodesDouble.on_stop()
+        result = PlaybookResult(playbook=playbook, rc=0, status="successful")
+        if playbook == "preflight":
+            ckpts = [4] if FlakyNodesDouble.launches else []
+            result.reports = {
+                h: {"preflight": {**_facts(h), "probe": {**_facts(h)["probe"], "checkpoints": ckpts}}}
+                for h in HOSTS
+            }
+        elif playbook == "launch":
+            FlakyNodesDouble.launches += 1
+            files = Path(extravars["mift_files_dir"])
+            FlakyNodesDouble.shipped = {h: json.loads((files / h / "bundle.json").read_text()) for h in HOSTS}
+            result.reports = {h: {"start": {"ok": True, "state": "running"}} for h in HOSTS}
+        elif playbook == "poll":
+            FlakyNodesDouble.polls += 1
+            killed = {"state": "failed", "rc": 1, "failure_lines": KILLED}
+            if FlakyNodesDouble.launches == 1 and FlakyNodesDouble.slow_cause and FlakyNodesDouble.polls == 1:
+                nodes = {"host1": PEER_GONE, "host2": {"state": "running"}}
+            elif FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "stall":
+                nodes = {"host1": {"state": "running"}, "host2": {"state": "running"}}  # no step, ever
+            elif FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "gpu":
+                broken = {"state": "failed", "rc": -15, "gpu_fault": "GPU 3: uncorrectable ECC errors rose"}
+                nodes = {"host1": {"state": "running"}, "host2": broken}
+            elif FlakyNodesDouble.launches == 1:
+                nodes = {"host1": PEER_GONE, "host2": killed}
+            else:
+                done = {"state": "finished", "rc": 0, "outputs_complete": True}
+                nodes = {"host1": done, "host2": {"state": "finished", "rc": 0}}
+            result.reports = {h: {"status": n} for h, n in nodes.items()}
+        return result
+
+    shipped: dict[str, Any]
+
+
+def test_a_failed_attempt_is_retried_from_the_last_common_checkpoint(lab, monkeypatch, capsys):  # noqa: F811
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _job(lab, "flaky", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
+    rc = cli(["run", str(job), "-i", str(lab / "hosts.ini")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    record = json.loads(next((lab / "runs").glob("flaky-*/record.json")).read_text())
+    assert record["status"] == "succeeded"
+    first, second = record["attempts"]
+    assert (first["state"], first["kind"], first["failed_host"], first["resume_step"]) == (
+        "failed",
+        "trainer_signal",
+        "host2",
+        None,
+    )
+    assert (second["state"], second["resume_step"], second["hosts"]) == ("succeeded", 4, list(HOSTS))
+    assert "attempt 1 failed (trainer_signal on host2): retrying" in out
+    assert "resuming from output/checkpoint-4 (complete on every node)" in out
+    # every node was stopped between the attempts, and the second preflight listed output_dir's checkpoints
+    playbooks = [name for name, _ in FlakyNodesDouble.calls]
+    assert playbooks.index("stop") < playbooks.index("launch", playbooks.index("launch") + 1)
+    second_preflight = [v for name, v in FlakyNodesDouble.calls if name == "preflight"][1]
+    assert second_preflight["mift_checkpoints_of"] == "output"
+    train = FlakyNodesDouble.shipped["host1"]["files"]["train.yaml"]
+    assert "resume_from_checkpoint: output/checkpoint-4" in train and "overwrite_output_dir: false" in train
+    assert "attempt 2  succeeded" in out  # the final report lists both attempts
+
+
+def test_a_failure_not_in_retry_on_ends_the_run_with_one_attempt(lab, monkeypatch, capsys):  # noqa: F811
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _job(lab, "noretry", "plain.yaml", poll_interval_s=0.5, recovery={"retry_on": ["node_lost"]})
+    assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+    out = capsys.readouterr().out
+    record = json.loads(next((lab / "runs").glob("noretry-*/record.json")).read_text())
+    assert record["status"] == "failed" and len(record["attempts"]) == 1
+    assert "not retried: trainer_signal is not in recovery.retry_on (node_lost)" in out
+    assert FlakyNodesDouble.launches == 1
+
+
+def test_an_explicit_policy_with_detach_is_refused_in_one_line(lab, monkeypatch, capsys):  # noqa: F811
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _job(lab, "det", "plain.yaml", recovery={"max_restarts": 2})
+    assert cli(["run", str(job), "-i", str(lab / "hosts.ini"), "--detach"]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "recovery: a detached run is not followed" in lines[0], lines
+
+
+def test_launcher_stop_during_the_backoff_ends_the_run(lab, monkeypatch, capsys):  # noqa: F811
+    """`launcher stop` from another terminal while the run waits to retry: no next attempt."""
+    from launcher.runs import list_runs  # noqa: PLC0415
+
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches = [], 0
+    FlakyNodesDouble.on_stop = lambda: list_runs()[-1].set_status("stopped", "stopped by `launcher stop`")
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _job(lab, "stopped", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
+    assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+    assert "stopped while waiting to retry" in capsys.readouterr().out
+    assert FlakyNodesDouble.launches == 1
+    FlakyNodesDouble.on_stop = None
+
+
+def test_the_cause_reported_one_poll_late_is_still_the_cause(lab, monkeypatch, capsys):  # noqa: F811
+    """host1's rank fails first (its peer is gone), host2's SIGKILL shows one poll later: the engine polls
+    once more before judging: the failure is trainer_signal on host2 (retried), not host1's trainer_error."""
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.polls, FlakyNodesDouble.slow_cause = 0, True
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _job(lab, "slow", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
+    try:
+        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 0
+    finally:
+        FlakyNodesDouble.slow_cause = False
+    record = json.loads(next((lab / "runs").glob("slow-*/record.json")).read_text())
+    first = record["attempts"][0]
+    assert (first["kind"], first["failed_host"]) == ("trainer_signal", "host2"), first
+    assert "attempt 1 failed (trainer_signal on host2): retrying" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind", "host", "dumped"),
+    [("gpu", "gpu_error", "host2", False), ("stall", "stall", "", True)],
+)
+def test_a_gpu_fault_or_a_stall_is_retried(lab, monkeypatch, capsys, fault, kind, host, dumped):  # noqa: F811
+    """The telemetry's GPU fault and the watchdog's stall are failures the default policy retries; the stop
+    after a stall dumps the stacks first, as the stop that ends a stalled run does."""
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.first_fault = fault
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    watchdog = {"first_step_s": 1, "floor_s": 1}
+    job = _job(lab, fault, "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0}, watchdog=watchdog)
+    try:
+        rc = cli(["run", str(job), "-i", str(lab / "hosts.ini")])
+    finally:
+        FlakyNodesDouble.first_fault = "signal"
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    record = json.loads(next((lab / "runs").glob(f"{fault}-*/record.json")).read_text())
+    first, second = record["attempts"]
+    assert (first["kind"], first["failed_host"] or "") == (kind, host), first
+    assert first["state"] == ("stalled" if fault == "stall" else "failed")
+    assert second["state"] == "succeeded" and record["status"] == "succeeded"
+    stops = [v for name, v in FlakyNodesDouble.calls if name == "stop"]
+    assert [bool(v.get("mift_stop_dump")) for v in stops] == [dumped], stops
+
+
+def test_a_stall_not_retried_ends_the_run_stalled(lab, monkeypatch, capsys):  # noqa: F811
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.first_fault = "stall"
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    watchdog = {"first_step_s": 1, "floor_s": 1}
+    job = _job(
+        lab,
+        "stuck",
+        "plain.yaml",
+        poll_interval_s=0.5,
+        recovery={"retry_on": ["node_lost"]},
+        watchdog=watchdog,
+    )
+    try:
+        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+    finally:
+        FlakyNodesDouble.first_fault = "signal"
+    out = capsys.readouterr().out
+    record = json.loads(next((lab / "runs").glob("stuck-*/record.json")).read_text())
+    assert record["status"] == "stalled" and len(record["attempts"]) == 1, record["attempts"]
+    assert "not retried: stall is not in recovery.retry_on (node_lost)" in out
+    assert FlakyNodesDouble.launches == 1
