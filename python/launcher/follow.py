@@ -8,6 +8,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from launcher.telemetry import WarningOnce
 from launcher.verdict import Verdict
+from launcher.watchdog import HOLDING_STATES
 
 if TYPE_CHECKING:
     import threading
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
     from launcher.job import Job
     from launcher.watchdog import ProgressWatch
 
-COLUMNS = ("HOST", "RANK", "STATE", "STEP", "LOSS", "TOK/S", "ELAPSED", "ETA")
+# NODE: the node rank; RANKS: the global ranks of its trainer processes (a held one with its state letter)
+COLUMNS = ("HOST", "NODE", "RANKS", "STATE", "STEP", "LOSS", "TOK/S", "ELAPSED", "ETA")
 
 
 def _fmt(value: object, spec: str = "") -> str:
@@ -26,8 +28,27 @@ def _fmt(value: object, spec: str = "") -> str:
     return str(value)
 
 
-def node_row(host: str, rank: int, node: dict[str, Any]) -> tuple[str, ...]:
-    """Return one table row for a node's agent status."""
+def ranks_cell(node: dict[str, Any], node_rank: int, nproc: int | None = None) -> str:
+    """Return a node's global ranks: ``2-3`` (from its node rank and ``nproc``) while its agent sees all of
+    them running or reports none; else the ranks its agent sees, one stopped or in uninterruptible sleep with
+    its state (``2,3:T``)."""
+    first = node_rank * (nproc or 0)
+    span = "-" if not nproc else str(first) if nproc == 1 else f"{first}-{first + nproc - 1}"
+    watch = node.get("watch")
+    seen = [r for r in (watch.get("ranks") or []) if isinstance(r, dict)] if isinstance(watch, dict) else []
+    numbers = sorted(int(r["rank"]) for r in seen if str(r.get("rank", "")).isdigit())
+    held = any(r.get("state") in HOLDING_STATES for r in seen)
+    if not seen or (nproc and not held and numbers == list(range(first, first + nproc))):
+        return span
+    ranks = sorted(seen, key=lambda r: int(r["rank"]) if str(r.get("rank", "")).isdigit() else -1)
+    return ",".join(
+        f"{r.get('rank', '?')}" + (f":{r['state']}" if r.get("state") in HOLDING_STATES else "")
+        for r in ranks
+    )
+
+
+def node_row(host: str, rank: int, node: dict[str, Any], nproc: int | None = None) -> tuple[str, ...]:
+    """Return one table row for a node's agent status (``rank``: the node rank; ``nproc``: ranks per node)."""
     last = node.get("last_log") or {}
     step = f"{last['current_steps']}/{last.get('total_steps', '?')}" if "current_steps" in last else "-"
     state = str(node.get("state", "?"))
@@ -37,6 +58,7 @@ def node_row(host: str, rank: int, node: dict[str, Any]) -> tuple[str, ...]:
     return (
         host if where in (None, host) else f"{host} ({where})",
         str(rank),
+        ranks_cell(node, rank, nproc),
         state,
         step,
         _fmt(last.get("loss"), ".4f"),
@@ -46,9 +68,10 @@ def node_row(host: str, rank: int, node: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def render_table(hosts: list[str], nodes: dict[str, dict[str, Any]]) -> list[str]:
-    """Return the lines of the node table (header first)."""
-    rows = [COLUMNS] + [node_row(h, i, nodes.get(h, {})) for i, h in enumerate(hosts)]
+def render_table(hosts: list[str], nodes: dict[str, dict[str, Any]], nproc: int | None = None) -> list[str]:
+    """Return the lines of the node table (header first; ``nproc``: ranks per node, for nodes whose agent
+    reports no running rank)."""
+    rows = [COLUMNS] + [node_row(h, i, nodes.get(h, {}), nproc) for i, h in enumerate(hosts)]
     widths = [max(len(r[c]) for r in rows) for c in range(len(COLUMNS))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
@@ -56,9 +79,10 @@ def render_table(hosts: list[str], nodes: dict[str, dict[str, Any]]) -> list[str
 class LiveView:
     """Redraws the table in place on a terminal; prints only changed rows otherwise (logs, CI)."""
 
-    def __init__(self, run_id: str, out: IO[str] | None = None) -> None:
+    def __init__(self, run_id: str, out: IO[str] | None = None, nproc: int | None = None) -> None:
         self.out = out or sys.stdout
         self.run_id = run_id
+        self.nproc = nproc
         self.tty = self.out.isatty()
         self._drawn = 0
         self._last: list[str] = []
@@ -68,7 +92,7 @@ class LiveView:
         """Show one poll's table."""
         elapsed = int(time.monotonic() - self._t0)
         title = f"run {self.run_id}  {verdict.state}  {elapsed // 60:02d}:{elapsed % 60:02d}"
-        lines = render_table(hosts, nodes)
+        lines = render_table(hosts, nodes, self.nproc)
         if self.tty:
             if self._drawn:
                 self.out.write(f"\x1b[{self._drawn}F\x1b[J")
@@ -98,7 +122,8 @@ def follow(
 
     Stopping and collecting is left to the caller, which owns the run record.
     """
-    view = LiveView(job.run.run_id, out)
+    nproc = job.run.load().get("nproc_per_node")  # ranks per node (the table names each node's ranks)
+    view = LiveView(job.run.run_id, out, nproc if isinstance(nproc, int) else None)
     started = time.monotonic()
     nodes: dict[str, dict[str, Any]] = {}
     telemetry_warnings = WarningOnce()

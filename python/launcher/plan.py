@@ -27,11 +27,18 @@ from typing import Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.planning.dsconfig import deepspeed_config
-from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Estimate, Strategy, Workload, estimate
+from launcher.planning.memory import (
+    GIB,
+    SAFETY_MARGIN,
+    SPEED_RANK,
+    Cluster,
+    Estimate,
+    Strategy,
+    Workload,
+    estimate,
+)
 from launcher.planning.model import ModelShape, bundled_config_for, load_shape
 from launcher.planning.training import base_workload
-
-SAFETY_MARGIN = 0.10  # a strategy fits when estimate x (1 + margin) <= capacity
 
 
 @dataclass(frozen=True)

@@ -286,11 +286,7 @@ def run_preflight(
     if result.failures:
         host, line = next(iter(result.failures.items()))
         raise ConfigurationError(f"{host}: preflight failed: {line}; nothing was started")
-    reports = {h: r["preflight"] for h, r in result.reports.items() if isinstance(r.get("preflight"), dict)}
-    if not reports:
-        raise ConfigurationError(f"no hosts match {spec.host_pattern!r} in the inventory")
-    play_hosts = next(iter(reports.values())).get("play_hosts") or sorted(reports)
-    hosts = [h for h in play_hosts if h in reports]
+    hosts, reports = result.host_reports("preflight", spec.host_pattern)
     facts = NodeFacts(
         hosts=hosts,
         train_address={h: str(reports[h]["train_address"]) for h in hosts},

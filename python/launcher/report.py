@@ -50,7 +50,9 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
         lines.append(f"  loss plot   {run.path / 'loss.png'}")
     if summary.get("gpu_png"):
         lines.append(f"  GPU plot    {run.path / 'gpu.png'}")
-    lines.append(f"  run dir     {run.path}  (node logs in nodes/<host>/trainer.log)")
+    lines.append(
+        f"  run dir     {run.path}  (node logs in nodes/<host>/trainer.log, each rank's in rank<N>.*.log)"
+    )
     return lines
 
 
@@ -59,7 +61,7 @@ def stall_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     stall = record.get("stall")
     if not isinstance(stall, dict):
         return []
-    lagging = ", ".join(stall.get("lagging") or []) or "none named"
+    lagging = ", ".join(stall.get("lagging") or []) or "none named"  # lag_why names the held host/rank
     stacks = sorted(p.relative_to(run.path).as_posix() for p in run.nodes_dir.glob("*/stack-*.txt"))
     return [
         f"  stall       no progress for {_num(stall.get('since_progress_s'), '.0f')} s, window "
@@ -92,8 +94,11 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     lines.extend(staging_lines(record))
     hosts = record.get("hosts") or []
     nodes = record.get("nodes") or {}
+    nproc = record.get("nproc_per_node")
     if hosts:
-        lines.extend("  " + line for line in render_table(hosts, nodes))
+        lines.extend(
+            "  " + line for line in render_table(hosts, nodes, nproc if isinstance(nproc, int) else None)
+        )
         lines.extend("  " + line for line in gpu_lines(hosts, nodes))
     if record.get("summary"):
         lines.extend(summary_lines(record, run)[1:])

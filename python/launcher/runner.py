@@ -54,6 +54,15 @@ class PlaybookResult:
         """Return the result ``name`` a host handed back (``mift_results.<host>.<name>``), or None."""
         return self.reports.get(host, {}).get(name)
 
+    def host_reports(self, name: str, host_pattern: str) -> tuple[list[str], dict[str, dict[str, Any]]]:
+        """Return the hosts that handed back a ``name`` report, in the play's order (its ``play_hosts``), and
+        host -> that report; raise ConfigurationError when no host did (the pattern matched none)."""
+        reports = {h: r[name] for h, r in self.reports.items() if isinstance(r.get(name), dict)}
+        if not reports:
+            raise ConfigurationError(f"no hosts match {host_pattern!r} in the inventory")
+        play_hosts = next(iter(reports.values())).get("play_hosts") or sorted(reports)
+        return [h for h in play_hosts if h in reports], reports
+
 
 def _failure_line(res: Mapping[str, Any], task: str) -> str:
     msg = str(res.get("msg") or "").strip()

@@ -438,11 +438,7 @@ def _node_reports(
     if result.failures:
         host, line = next(iter(result.failures.items()))
         raise ConfigurationError(f"{host}: staging report failed: {line}; nothing was sent")
-    reports = {h: r["stage"] for h, r in result.reports.items() if isinstance(r.get("stage"), dict)}
-    if not reports:
-        raise ConfigurationError(f"no hosts match {host_pattern!r} in the inventory")
-    play_hosts = next(iter(reports.values())).get("play_hosts") or sorted(reports)
-    return [h for h in play_hosts if h in reports], reports
+    return result.host_reports("stage", host_pattern)
 
 
 def stage(

@@ -18,7 +18,8 @@ sees on its node, ``mift_agent.watch_facts``):
   held a save or an evaluation (scheduled, or a checkpoint seen written).
 * **who lags** (:func:`lagging`): the nodes with the lowest step; when every node is at the same step (ranks
   in lock step all wait in the same collective), the nodes with a trainer process stopped (state T) or in
-  uninterruptible sleep (D); else none is named.
+  uninterruptible sleep (D); else none is named. The ranks (``host/rankN``, :func:`held_ranks`) are those
+  held on the lagging nodes (a node runs ``nproc_per_node`` ranks; the step is logged per node).
 
 The defaults (:class:`WatchdogOptions`, job spec key ``watchdog``) need no tuning: 5 x p95, at least 5 minutes
 between steps, 30 minutes for the first step, a save or an evaluation.
@@ -137,6 +138,7 @@ class Stall:
     step: int | None
     lagging: tuple[str, ...]
     lag_why: str
+    ranks: tuple[str, ...] = ()  # host/rankN held (stopped, uninterruptible) on the lagging nodes
 
     @property
     def reason(self) -> str:
@@ -156,6 +158,7 @@ class Stall:
             "window_why": self.window.why,
             "step": self.step,
             "lagging": list(self.lagging),
+            "lagging_ranks": list(self.ranks),
             "lag_why": self.lag_why,
         }
 
@@ -228,6 +231,27 @@ def _saving(nodes: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return saving
 
 
+def rank_label(host: str, rank: object) -> str:
+    """Return how reports name one trainer rank: ``host/rankN`` (N: the global rank)."""
+    return f"{host}/rank{rank}"
+
+
+def held_ranks(hosts: Sequence[str], nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """Return host -> {``host/rankN``: one line} for the ranks stopped or in uninterruptible sleep
+    (``watch.ranks[]`` from the agent: global rank, local rank, pid, process state)."""
+    held: dict[str, dict[str, str]] = {}
+    for host in hosts:
+        for rank in _watch(nodes.get(host, {})).get("ranks") or []:
+            state = str(rank.get("state", "")) if isinstance(rank, dict) else ""
+            if state in HOLDING_STATES:
+                local, number = rank.get("local_rank"), rank.get("rank", "?")
+                what = f"{host}/rank {number} (pid {rank.get('pid', '?')}) {HOLDING_STATES[state]}"
+                if local not in (None, ""):
+                    what += f" (local rank {local})"
+                held.setdefault(host, {})[rank_label(host, number)] = what
+    return held
+
+
 def lagging(hosts: Sequence[str], nodes: Mapping[str, Mapping[str, Any]]) -> tuple[tuple[str, ...], str]:
     """Return the nodes that hold the run up, and why (no node: empty, and what was seen).
 
@@ -241,15 +265,7 @@ def lagging(hosts: Sequence[str], nodes: Mapping[str, Mapping[str, Any]]) -> tup
         behind = tuple(h for h in hosts if known.get(h) == low)
         ahead = max(known.values())
         return behind, ", ".join(f"{h} at step {low}" for h in behind) + f" (others at step {ahead})"
-    held: dict[str, list[str]] = {}
-    for host in hosts:
-        for rank in _watch(nodes.get(host, {})).get("ranks") or []:
-            state = str(rank.get("state", "")) if isinstance(rank, dict) else ""
-            if state in HOLDING_STATES:
-                what = HOLDING_STATES[state]
-                held.setdefault(host, []).append(
-                    f"{host}/rank {rank.get('rank', '?')} (pid {rank.get('pid', '?')}) {what}"
-                )
+    held = {h: list(lines.values()) for h, lines in held_ranks(hosts, nodes).items()}
     if held:
         return tuple(held), "; ".join(line for lines in held.values() for line in lines) + (
             f", every node at step {next(iter(known.values()))}" if known else ""
@@ -345,4 +361,9 @@ class ProgressWatch:
         if not self.options.enabled or quiet <= window.seconds:
             return None
         who, why = lagging(self.hosts, nodes)
-        return Stall(quiet, window, self.step, who, why)
+        holding = held_ranks(who, nodes)
+        ranks = tuple(label for host in who for label in holding.get(host, {}))
+        lines = [line for by_host in holding.values() for line in by_host.values()]
+        if lines and lines[0] not in why:  # named by its step: say which of its ranks holds it up too
+            why += "; " + "; ".join(lines)
+        return Stall(quiet, window, self.step, who, why, ranks)

@@ -11,7 +11,7 @@ to that one. ``metric --json`` prints the document in ``DOC_FILE`` (written by t
 * ``ecc-rising N``: from the N-th call on, GPU 3's uncorrectable ECC count is 1 (the time of the first such
   answer is written to ``STATE_DIR/rose-at``);
 * ``gone N``: from the N-th call on, GPU 7 is missing;
-* ``hang``: sleeps until killed, as a tool stuck in the driver would;
+* ``hang``: sleeps until killed, with a child that sleeps too, as a tool stuck in the driver would;
 * ``fail``: exits 1 with one line on stderr.
 
 Standard library only (the test hosts' python3).
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -55,7 +56,8 @@ def main(argv: list[str]) -> int:
     words = (MODE_FILE.read_text().split() if MODE_FILE.is_file() else []) or ["ok"]
     mode, after = words[0], int(words[1]) if len(words) > 1 and words[1].isdigit() else 1
     count = _calls()
-    if mode == "hang":
+    if mode == "hang":  # a hung tool with a helper process of its own: its caller must kill both
+        subprocess.Popen(["sleep", "100000"], stdin=subprocess.DEVNULL)
         os.execvp("sleep", ["sleep", "100000"])  # noqa: S606 - a hung tool: killed by its caller
     if mode == "fail":
         print("TEST DOUBLE (mift): amd-smi failed (mode fail)", file=sys.stderr)

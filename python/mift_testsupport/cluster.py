@@ -22,15 +22,23 @@ if TYPE_CHECKING:
     from mift_testsupport.rig import Rig
 
 
+# trainer processes per test host in the launcher e2e and faults suites (gloo on CPU): more than one, as a
+# real MI300X node runs 8, so that local ranks, per-rank logs and stack dumps and "which rank on which node"
+# are exercised; no more, the CI machine has 2 cores
+RANKS_PER_HOST = 2
+
+
 @dataclass(frozen=True)
 class JobBase:
-    """The job spec, training YAML and DeepSpeed JSON a test job is one edit away from."""
+    """The job spec, training YAML and DeepSpeed JSON a test job is one edit away from (``nproc_per_node``:
+    set in every job spec written; None: the base job spec's own)."""
 
     job: Path = REPO_ROOT / "configs" / "jobs" / "tiny-lora-z3.yaml"
     train: Path = REPO_ROOT / "configs" / "train" / "tiny_cpu_lora_sft.yaml"
     deepspeed_dir: Path = REPO_ROOT / "configs" / "deepspeed"
     deepspeed: str = "ds_z3.json"
     train_overrides: dict[str, Any] = field(default_factory=dict)  # set in every training YAML written
+    nproc_per_node: int | None = None
 
 
 class Cluster:
@@ -86,6 +94,8 @@ class Cluster:
         train = configs / "train" / f"{name}.yaml"
         train.write_text(yaml.safe_dump(cfg, sort_keys=False))
         job = yaml.safe_load(self.base.job.read_text())
+        if self.base.nproc_per_node is not None:
+            job["nproc_per_node"] = self.base.nproc_per_node
         job.update(
             name=name,
             train_config=str(train),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mift_testsupport.cluster import Cluster, JobBase
+from mift_testsupport.cluster import RANKS_PER_HOST, Cluster, JobBase
 from mift_testsupport.fixtures import rig_ready_or_skip
 from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.paths import REPO_ROOT
@@ -38,13 +38,14 @@ HOSTS = (1, 2)
 RESULTS = Path(os.environ.get("FAULTS_RESULTS") or REPO_ROOT / ".cache" / "faults" / "results.json")
 MARKER = "/run/mift-faults-marker"
 # the faults' jobs: the corpus's baseline files (every bad case is one edit away from them), 8 steps, no
-# checkpoint unless a test asks for one
+# checkpoint unless a test asks for one, RANKS_PER_HOST trainer ranks on each host
 JOBS = JobBase(
     job=CORPUS / "configs" / "jobs" / "ok.yaml",
     train=CORPUS / "configs" / "train" / "ok.yaml",
     deepspeed_dir=CORPUS / "configs" / "deepspeed",
     deepspeed="ok_z3.json",
     train_overrides={"max_steps": 8, "save_steps": 10_000},
+    nproc_per_node=RANKS_PER_HOST,
 )
 # what a bad input must not touch on a host: files newer than the marker here are changes
 WATCHED = " ".join(

@@ -3,8 +3,9 @@
 The hosts start from the provisioned host image (``provision.yml`` run once per CI run, see
 ``mift_testsupport.image``): this suite tests the launcher, not provisioning.
 
-Shows: LoRA SFT with DeepSpeed ZeRO-3 across 2 nodes, and with ZeRO-3 + CPU offload (world size 2, losses
-in the metrics, adapter saved, status succeeded, loss PNG); killing one node's trainer, Ctrl-C while following
+Shows: LoRA SFT with DeepSpeed ZeRO-3 across 2 nodes x ``RANKS_PER_HOST`` (2) ranks, and with ZeRO-3 + CPU
+offload (world size 4, losses in the metrics, adapter saved, status succeeded, loss PNG, each rank's log in
+``nodes/<host>/``); killing one node's trainer, Ctrl-C while following
 and ``stop`` on a detached run all end with no trainer process on either host within 30 s and the logs
 kept; and ``validate`` of the seed DeepSpeed JSON exits 2 naming the key.
 """
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from mift_testsupport.cluster import Cluster
+from mift_testsupport.cluster import RANKS_PER_HOST, Cluster, JobBase
 from mift_testsupport.fixtures import rig_ready_or_skip
 from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.launcher import finish
@@ -42,7 +43,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     rig_ready_or_skip(systemd=SYSTEMD)
     work = tmp_path_factory.mktemp("launcher-e2e")
     with provisioned_rig(RIG_ID, 2, log=work / "image-provision.log") as rig:
-        yield Cluster(rig, work)
+        yield Cluster(rig, work, base=JobBase(nproc_per_node=RANKS_PER_HOST))
 
 
 def assert_succeeded(cluster: Cluster, name: str, out: subprocess.CompletedProcess[str]) -> None:
@@ -50,7 +51,8 @@ def assert_succeeded(cluster: Cluster, name: str, out: subprocess.CompletedProce
     rec = cluster.record(name)
     run = cluster.run_dir(name)
     assert rec["status"] == "succeeded"
-    assert rec["summary"]["world_size"] == 2, rec["nodes"]
+    assert rec["nproc_per_node"] == RANKS_PER_HOST
+    assert rec["summary"]["world_size"] == 2 * RANKS_PER_HOST, rec["nodes"]
     assert rec["master_addr"] == cluster.rig.ip(1) and rec["node_env"]["host2"]["NODE_RANK"] == "1"
     assert rec["node_env"]["host1"]["MASTER_PORT"] == rec["node_env"]["host2"]["MASTER_PORT"]
     losses = [json.loads(line).get("loss") for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -59,6 +61,14 @@ def assert_succeeded(cluster: Cluster, name: str, out: subprocess.CompletedProce
     assert (run / "loss.png").stat().st_size > 1000
     for host in ("host1", "host2"):
         assert (run / "nodes" / host / "trainer.log").stat().st_size > 0
+    # one log per rank, named by its global rank: host1 holds ranks 0..R-1, host2 R..2R-1
+    logs = sorted(p.relative_to(run).as_posix() for p in run.glob("nodes/*/rank*.stderr.log"))
+    ranks = [(host, r) for host in (1, 2) for r in range((host - 1) * RANKS_PER_HOST, host * RANKS_PER_HOST)]
+    assert logs == sorted(f"nodes/host{h}/rank{r}.stderr.log" for h, r in ranks), logs
+    assert f"[rank{RANKS_PER_HOST} local0]: " in (run / "nodes" / "host2" / "trainer.log").read_text()
+    # the global batch counts every rank: micro-batch 1 x accumulation 1 x world size 4
+    total = f"Total train batch size (w. parallel, distributed & accumulation) = {2 * RANKS_PER_HOST}"
+    assert total in (run / "nodes" / "host1" / "trainer.log").read_text()
     assert "final loss" in out.stdout
     status = cluster.run("status", rec["run_id"])
     assert status.returncode == 0 and "succeeded" in status.stdout

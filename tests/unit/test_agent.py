@@ -120,6 +120,27 @@ def test_stop_is_idempotent_and_marks_stopped(tmp_path: Path) -> None:
     assert marked(run_dir) == []
 
 
+@pytest.mark.parametrize("command", ["status", "stop"])
+def test_a_reused_pid_is_not_the_trainer(tmp_path: Path, command: str) -> None:
+    """The state file names a trainer that ended long ago; its pid now belongs to another program (pids are
+    reused: this machine's pid_max is 32768). Neither status nor stop takes it for the trainer: the other
+    program is not signalled (the unit-test flake of a stop that killed another test's trainer)."""
+    run_dir = make_run(tmp_path, f"t-reused-{command}")
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group leader, like a trainer
+    try:
+        (run_dir / "state.json").write_text(
+            json.dumps({"state": "running", "pid": other.pid, "supervisor_pid": 999998})
+        )
+        result = agent(command, str(run_dir), *(["--grace", "1"] if command == "stop" else []))
+        assert result["state"] == ("vanished" if command == "status" else "stopped")
+        if command == "stop":
+            assert not result["changed"]
+        assert other.poll() is None, "the agent signalled a process that is not the run's"
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_status_of_missing_run_dir(tmp_path: Path) -> None:
     assert agent("status", str(tmp_path / "nope"))["state"] == "absent"
 

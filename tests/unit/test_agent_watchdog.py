@@ -105,3 +105,33 @@ def test_a_plain_stop_writes_no_stacks(tmp_path: Path) -> None:
     stopped = agent("stop", str(run_dir), "--grace", "1")
     assert stopped["ok"] and "stacks" not in stopped
     assert list(run_dir.glob("stack-*")) == []
+
+
+def test_torchrun_keeps_each_rank_log_in_the_run_dir_with_a_rank_prefix(tmp_path: Path) -> None:
+    env = {"PET_TEE": "0"}
+    mift_agent.rank_log_env(env, tmp_path)
+    assert env["PET_LOG_DIR"] == str(tmp_path / "ranks")
+    assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank} local${local_rank}]: "
+    assert env["PET_TEE"] == "0"  # the job's own setting wins
+
+
+def test_collect_ships_each_rank_log_named_by_its_global_rank(tmp_path: Path) -> None:
+    """torchrun's <log dir>/<run id>_<random>/attempt_<n>/<local rank>/std*.log -> rank<N>.<stream>.log,
+    N = NODE_RANK x NPROC_PER_NODE + local rank (host2 of 2 ranks per node: ranks 2 and 3)."""
+    run_dir = tmp_path / "r1"
+    (run_dir / "output").mkdir(parents=True)
+    (run_dir / "job.json").write_text(json.dumps({"run_id": "r1", "node_rank": 1}))
+    (run_dir / "env.json").write_text(json.dumps({"NODE_RANK": "1", "NPROC_PER_NODE": "2"}))
+    for local in (0, 1):
+        folder = run_dir / "ranks" / "none_abc123" / "attempt_0" / str(local)
+        folder.mkdir(parents=True)
+        (folder / "stdout.log").write_text(f"out {local}\n")
+        (folder / "stderr.log").write_text(f"err {local}\n")
+        (folder / "error.json").write_text("{}")
+    names = mift_agent.rank_logs(run_dir)
+    assert sorted(names) == [f"rank{n}.{s}.log" for n in (2, 3) for s in ("stderr", "stdout")]
+    collected = mift_agent.cmd_collect(run_dir)
+    with tarfile.open(collected["archive"]) as tar:
+        assert {"rank2.stderr.log", "rank3.stdout.log"} <= set(tar.getnames())
+        member = tar.extractfile("rank3.stderr.log")
+        assert member is not None and member.read() == b"err 1\n"

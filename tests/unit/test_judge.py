@@ -67,8 +67,8 @@ def test_table_and_summary() -> None:
         }
     }
     lines = render_table(["h1", "h2"], nodes)
-    assert lines[0].split() == ["HOST", "RANK", "STATE", "STEP", "LOSS", "TOK/S", "ELAPSED", "ETA"]
-    assert lines[1].split()[:6] == ["h1", "0", "running", "3/8", "6.2500", "41.5"]
+    assert lines[0].split() == ["HOST", "NODE", "RANKS", "STATE", "STEP", "LOSS", "TOK/S", "ELAPSED", "ETA"]
+    assert lines[1].split()[:7] == ["h1", "0", "-", "running", "3/8", "6.2500", "41.5"]
     log = [
         {"current_steps": 1, "total_steps": 2, "loss": 6.1},
         {"current_steps": 2, "total_steps": 2, "loss": 6.0},
@@ -77,3 +77,24 @@ def test_table_and_summary() -> None:
     summary = summarize(log, {"train_runtime": 3.5, "train_loss": 6.05})
     assert summary.losses == [(1, 6.1), (2, 6.0)] and summary.final_loss == 6.0 and summary.steps == 2
     assert summary.train_runtime == 3.5
+
+
+def test_the_table_names_each_nodes_global_ranks() -> None:
+    """host/rank: a node's ranks as its agent sees them (a stopped one with its state), else from its node
+    rank and the ranks per node."""
+    held = {
+        "watch": {
+            "ranks": [
+                {"rank": "3", "local_rank": "1", "pid": 7, "state": "T"},
+                {"rank": "2", "local_rank": "0", "pid": 6, "state": "S"},
+            ]
+        }
+    }
+    lines = render_table(["h1", "h2"], {"h1": {"state": "running"}, "h2": {"state": "running", **held}}, 2)
+    assert lines[1].split()[:4] == ["h1", "0", "0-1", "running"]
+    assert lines[2].split()[:4] == ["h2", "1", "2,3:T", "running"]
+    assert render_table(["h1", "h2"], {}, 1)[2].split()[:3] == ["h2", "1", "1"]
+    running = {"watch": {"ranks": [{"rank": "2", "state": "S"}, {"rank": "3", "state": "R"}]}}
+    assert render_table(["h1", "h2"], {"h2": running}, 2)[2].split()[2] == "2-3"  # all there: the span
+    one = {"watch": {"ranks": [{"rank": "3", "state": "S"}]}}
+    assert render_table(["h1", "h2"], {"h2": one}, 2)[2].split()[2] == "3"  # one gone: those seen

@@ -312,4 +312,7 @@ def test_the_node_table_shows_each_ranks_slurm_node() -> None:
         ["rank0", "h2"],
         {"rank0": {"state": "running", "slurm_node": "n1"}, "h2": {"state": "running", "slurm_node": "h2"}},
     )
-    assert lines[1].split()[:4] == ["rank0", "(n1)", "0", "running"] and lines[2].split()[:2] == ["h2", "1"]
+    assert lines[1].split()[:5] == ["rank0", "(n1)", "0", "-", "running"] and lines[2].split()[:2] == [
+        "h2",
+        "1",
+    ]

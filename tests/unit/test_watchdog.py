@@ -327,3 +327,25 @@ def test_the_flight_recorder_is_on_for_gpu_nodes_and_the_job_env_wins() -> None:
     env = with_flight_recorder({"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}, gpu=True)
     assert env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "50"
     assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == FLIGHT_RECORDER_ENV["TORCH_NCCL_DUMP_ON_TIMEOUT"]
+
+
+def test_the_stall_names_the_held_rank_as_host_slash_rank() -> None:
+    """2 ranks per node: the stall record lists host2/rank3 (global rank), the reason its local rank."""
+    w = watch()
+    last = steps_every(w, 4.0, 6)
+    ranks = [
+        {"pid": 40, "rank": "2", "local_rank": "0", "state": "S"},
+        {"pid": 41, "rank": "3", "local_rank": "1", "state": "T"},
+    ]
+    stall = w.observe(nodes(6, host2={"watch": {"ranks": ranks}}), last + 25.0)
+    assert stall is not None and stall.as_dict()["lagging_ranks"] == ["host2/rank3"]
+    assert "lagging: host2/rank 3 (pid 41) stopped (local rank 1), every node at step 6" in stall.reason
+
+
+def test_a_node_behind_by_its_step_is_named_with_its_held_rank() -> None:
+    w = watch()
+    last = steps_every(w, 4.0, 6)
+    held = {"last_log": {"current_steps": 5}, "watch": {"ranks": [{"pid": 41, "rank": "3", "state": "T"}]}}
+    stall = w.observe(nodes(6, host2=held), last + 25.0)
+    assert stall is not None and stall.lagging == ("host2",) and stall.ranks == ("host2/rank3",)
+    assert stall.lag_why == "host2 at step 5 (others at step 6); host2/rank 3 (pid 41) stopped"

@@ -1,4 +1,5 @@
-"""``logs RUN [--node N] [--follow]``: a node's trainer log, fetched from the node while the run is active."""
+"""``logs RUN [--node N | --rank N] [--follow]``: a node's trainer log (or one rank's lines of it), fetched
+from the node while the run is active."""
 
 from __future__ import annotations
 
@@ -25,13 +26,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("run", help="run id or unique prefix")
     p.add_argument("--node", default="0", help="node rank or host name (default: 0)")
+    p.add_argument(
+        "--rank",
+        type=int,
+        help="only this global rank's lines (its node's trainer.log, lines prefixed [rankN localL])",
+    )
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the run ends")
     p.set_defaults(func=_cmd_logs)
     return p
 
 
 def _cmd_logs(args: argparse.Namespace) -> ExitCode:
-    return show_logs(args.run, node=args.node, follow=args.follow)
+    return show_logs(args.run, node=args.node, follow=args.follow, rank=args.rank)
 
 
 def _host(record: dict[str, object], node: str) -> str:
@@ -43,18 +49,36 @@ def _host(record: dict[str, object], node: str) -> str:
     raise ConfigurationError(f"--node {node}: not a node of this run ({', '.join(hosts) or 'none started'})")
 
 
+def _rank_host(record: dict[str, object], rank: int) -> str:
+    """Return the host that runs global rank ``rank`` (node rank = rank // nproc_per_node)."""
+    hosts = [str(h) for h in record.get("hosts") or []]  # type: ignore[attr-defined]
+    nproc = record.get("nproc_per_node")
+    if not isinstance(nproc, int) or nproc < 1 or not 0 <= rank < nproc * len(hosts):
+        world = nproc * len(hosts) if isinstance(nproc, int) else "unknown"
+        raise ConfigurationError(f"--rank {rank}: not a rank of this run (world size {world})")
+    return hosts[rank // nproc]
+
+
+def rank_lines(text: str, rank: int) -> str:
+    """Return the lines of a node's trainer.log that rank ``rank`` wrote (torchrun's ``[rankN localL]: ``
+    prefix, launcher/data/mift_agent.py ``RANK_LOG_PREFIX``)."""
+    prefix = f"[rank{rank} local"
+    return "".join(line for line in text.splitlines(keepends=True) if line.startswith(prefix))
+
+
 def _log_path(run: RunDir, host: str) -> str:
     return str(run.nodes_dir / host / "trainer.log")
 
 
-def show_logs(ref: str, *, node: str, follow: bool) -> ExitCode:
-    """Print (and with ``follow``, keep printing) one node's trainer log."""
+def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> ExitCode:
+    """Print (and with ``follow``, keep printing) one node's trainer log (``rank``: only that global rank's
+    lines, from its node's log)."""
     from launcher.job import Job, is_final  # noqa: PLC0415 - `--help` imports no engine
     from launcher.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
     record = run.load()
-    host = _host(record, node)
+    host = _host(record, node) if rank is None else _rank_host(record, rank)
     printed = 0
     job = Job(run, record) if not is_final(record) else None
     active = job is not None
@@ -69,10 +93,13 @@ def show_logs(ref: str, *, node: str, follow: bool) -> ExitCode:
             data = (run.nodes_dir / host / "trainer.log").read_bytes()
         except OSError:
             data = b""
-        if len(data) > printed:
-            sys.stdout.write(data[printed:].decode("utf-8", "replace"))
+        # a rank's lines: whole lines only (the rest comes with the next fetch)
+        end = len(data) if rank is None else data.rfind(b"\n") + 1
+        if end > printed:
+            text = data[printed:end].decode("utf-8", "replace")
+            sys.stdout.write(text if rank is None else rank_lines(text, rank))
             sys.stdout.flush()
-            printed = len(data)
+            printed = end
         if not follow or not active or is_final(run.load()):
             break
         try:

@@ -11,19 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import BAD_INPUT, OK, ExitCode
+from launcher.planning.hardware import NODE_PRESETS
 
 if TYPE_CHECKING:
     from launcher.planning.hardware import Accelerator
     from launcher.planning.memory import Cluster
     from launcher.planning.training import TrainingPlan
     from launcher.validation.job import LoadedJob
-
-
-# Hardware presets: GPUs per node, usable HBM per GPU (GiB), host RAM (GiB).
-PRESETS: dict[str, tuple[int, float, float]] = {
-    "mi300x": (8, 191.98, 1536.0),  # rocminfo pool 201,310,208 KB; typical 8x MI300X host RAM
-    "h200": (1, 140.4, 125.0),  # the lent H200 machine: nvidia-smi 143771 MiB, 128 GiB RAM
-}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -41,7 +35,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--model-config", type=Path, help="the model's config.json or folder (default: from the job)"
     )
-    p.add_argument("--hardware", choices=sorted(PRESETS), default="mi300x", help="preset (default: mi300x)")
+    p.add_argument(
+        "--hardware", choices=sorted(NODE_PRESETS), default="mi300x", help="preset (default: mi300x)"
+    )
     p.add_argument(
         "--facts", type=Path, help="JSON with gpus_per_node, gpu_mem_gib, host_mem_gib (from preflight)"
     )
@@ -51,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--gpu-mem-gib", type=float, help="usable memory per GPU in GiB")
     p.add_argument("--host-mem-gib", type=float, help="RAM per host in GiB")
-    p.add_argument("--margin", type=float, help="safety margin (default: launcher.plan.SAFETY_MARGIN, 0.1)")
+    p.add_argument(
+        "--margin", type=float, help="safety margin (default: launcher.planning.memory.SAFETY_MARGIN, 0.1)"
+    )
     p.add_argument(
         "--probe",
         action="store_true",
@@ -85,7 +83,8 @@ def cluster_from(args: argparse.Namespace, hosts: str | list[str], nproc: int | 
     """Combine flags, facts, the job spec and the preset (in that order of precedence)."""
     from launcher.planning.memory import Cluster  # noqa: PLC0415
 
-    gpus, gpu_mem, host_mem = PRESETS[args.hardware]
+    preset = NODE_PRESETS[args.hardware]
+    gpus, gpu_mem, host_mem = preset.gpus, preset.gpu_mem_gib, preset.host_mem_gib
     facts = _facts(args.facts)
     nodes = args.nodes or (len(hosts) if isinstance(hosts, list) else 1)
     return Cluster(
@@ -134,7 +133,8 @@ def run(args: argparse.Namespace) -> ExitCode:
     the YAML's split) plus ``plan_mode`` and ``training_plan`` (:meth:`TrainingPlan.as_json`).
     """
     from launcher.engine.split import plan_job  # noqa: PLC0415
-    from launcher.plan import SAFETY_MARGIN, make_plan, resolve_shape, workload_from_train  # noqa: PLC0415
+    from launcher.plan import make_plan, resolve_shape, workload_from_train  # noqa: PLC0415
+    from launcher.planning.memory import SAFETY_MARGIN  # noqa: PLC0415
     from launcher.planning.report import render, render_training  # noqa: PLC0415
     from launcher.validation.job import load_job  # noqa: PLC0415
 

@@ -14,7 +14,10 @@ holds, unpacked by ``start`` from the ``bundle.json`` the launch playbook copied
 and, written by this agent:
 
 * ``trainer.pid`` -- the trainer's pid (= its process group id)
-* ``trainer.log`` -- stdout and stderr of the trainer
+* ``trainer.log`` -- stdout and stderr of the trainer; torchrun tees every rank's lines into it, each line
+  prefixed ``[rankN localL]:`` (N: the global rank, L: the local rank)
+* ``ranks/`` -- torchrun's log folder: each local rank's ``stdout.log`` and ``stderr.log``; ``collect``
+  ships them as ``rank<N>.stdout.log`` and ``rank<N>.stderr.log``
 * ``state.json``  -- ``{"state", "pid", "supervisor_pid", "started_at", "ended_at", "rc"}``
 * ``rc``          -- the trainer's exit status once it ended
 * ``stop_requested`` -- present once ``stop`` was asked for
@@ -140,8 +143,23 @@ def marked_pids(key: str) -> list[int]:
     return sorted(found)
 
 
+def _ours(pid: int | None, key: str) -> bool:
+    """Return True when ``pid`` is a live process of this run (it carries the run's marker ``key``).
+
+    A pid read from the state file may name a process that ended long ago and whose pid now belongs to
+    another program (pids are reused; a busy node wraps ``pid_max`` quickly): only a process that carries the
+    marker is this run's, to signal or to count as its trainer."""
+    if not pid or not _alive(pid):
+        return False
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{MARKER}={key}".encode() in env.split(b"\0")
+
+
 def _signal_all(pgid: int | None, key: str, sig: int) -> None:
-    if pgid:
+    if pgid is not None and _ours(pgid, key):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
     for pid in marked_pids(key):
@@ -154,7 +172,7 @@ def sweep(pgid: int | None, key: str, grace: float) -> list[int]:
     _signal_all(pgid, key, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        if not marked_pids(key) and not (pgid and _alive(pgid)):
+        if not marked_pids(key) and not _ours(pgid, key):
             return []
         time.sleep(0.2)
     _signal_all(pgid, key, signal.SIGKILL)
@@ -175,10 +193,42 @@ def _trainer_env(run_dir: Path, run_id: str) -> dict[str, str]:
     env.update({str(k): str(v) for k, v in extra.items()})
     env[MARKER] = agent_key(run_id, run_dir)
     flight_recorder_env(env, run_dir)
+    rank_log_env(env, run_dir)
     tunableop = env.get("PYTORCH_TUNABLEOP_FILENAME", "")
     if tunableop.startswith("/"):  # kept between runs: PyTorch writes it when the trainer ends
         Path(tunableop).parent.mkdir(parents=True, exist_ok=True)
     return env
+
+
+# torchrun's per-rank logs (each torchrun option has a PET_<OPTION> variable; LLaMA-Factory starts torchrun
+# itself): every local rank's stdout and stderr in RANK_LOG_DIR, teed to trainer.log with a prefix naming the
+# global and the local rank; the job spec's env wins
+RANK_LOG_DIR = "ranks"
+RANK_LOG_PREFIX = "[rank${rank} local${local_rank}]: "
+
+
+def rank_log_env(env: dict[str, str], run_dir: Path) -> None:
+    """Point torchrun's per-rank log files into the run directory and prefix the teed lines with the rank."""
+    env.setdefault("PET_LOG_DIR", str(run_dir / RANK_LOG_DIR))
+    env.setdefault("PET_TEE", "3")  # 3: stdout and stderr, to the files and to trainer.log
+    env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", RANK_LOG_PREFIX)
+
+
+def rank_logs(run_dir: Path) -> dict[str, Path]:
+    """Return ``rank<N>.<stream>.log`` -> torchrun's file for it (N = NODE_RANK x NPROC_PER_NODE + the local
+    rank: torchrun's static rendezvous; the newest attempt wins)."""
+    env = _read_json(run_dir / contract.ENV_FILE)
+    try:
+        first = int(env.get("NODE_RANK") or 0) * int(env.get("NPROC_PER_NODE") or 1)
+    except ValueError:
+        return {}
+    found: dict[str, Path] = {}
+    attempts = sorted((run_dir / RANK_LOG_DIR).glob("*/attempt_*"), key=lambda p: p.stat().st_mtime)
+    for attempt in attempts:
+        for log in sorted(attempt.glob("*/std*.log")):
+            if log.parent.name.isdigit() and log.name in ("stdout.log", "stderr.log"):
+                found[f"rank{first + int(log.parent.name)}.{log.name}"] = log
+    return found
 
 
 WATCH_PERIOD_S = 2.0
@@ -645,7 +695,8 @@ def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
     if remote:
         trainer_alive = name == "running"
     else:
-        trainer_alive = _alive(state.get("pid"))
+        run_id = str(job.get("run_id") or "")
+        trainer_alive = bool(run_id) and _ours(state.get("pid"), agent_key(run_id, run_dir))
         if name == "running" and not _alive(state.get("supervisor_pid")):
             name = "running" if trainer_alive else "vanished"
     if name == "starting" and time.time() - float(state.get("started_at") or 0) > 60:
@@ -876,11 +927,11 @@ def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
     key = agent_key(run_id, run_dir)
     before = marked_pids(key)
     pgid = state.get("pid")
-    running = bool(before) or _alive(pgid)
+    running = bool(before) or _ours(pgid, key)
     stacks = dump_stacks(run_dir, job) if dump and running else []
     if running:
         (run_dir / "stop_requested").write_text(f"{_now()}\n")
-    left = sweep(pgid if _alive(pgid) else None, key, grace) if running else []
+    left = sweep(pgid, key, grace) if running else []
     # wait for the supervisor to record the end, so status reads "stopped" right after
     deadline = time.monotonic() + 5
     while running and time.monotonic() < deadline and _alive(state.get("supervisor_pid")):
@@ -935,6 +986,8 @@ def cmd_collect(run_dir: Path, remote: bool = False) -> dict[str, Any]:
                     tar.add(folder / name, arcname=name)
         for path in watch_files(run_dir):
             tar.add(path, arcname=path.name)
+        for name, path in rank_logs(run_dir).items():
+            tar.add(path, arcname=name)
     tmp.chmod(0o600)
     tmp.replace(archive)
     return {"ok": True, "status": status, "outputs": outputs, "archive": str(archive), "gpu_after": gpu_after}

@@ -98,9 +98,10 @@ def _auto_deepspeed(
 ) -> tuple[str, dict[str, Any]]:
     """Ask the planner for a DeepSpeed config (``deepspeed: auto``)."""
     from launcher.plan import choose_deepspeed_config  # noqa: PLC0415 - only for deepspeed: auto
+    from launcher.planning.hardware import DEFAULT_GPU_MEM_GIB  # noqa: PLC0415
 
     master = facts.probe[facts.master]
-    gpu_mem = facts.gpu_mem_gib(facts.master) or 191.98  # mift_gpus, else torch (CUDA), else one MI300X
+    gpu_mem = facts.gpu_mem_gib(facts.master) or DEFAULT_GPU_MEM_GIB  # mift_gpus, else torch (CUDA)
     host_mem = float(master.get("mem_total_bytes") or 0) / 1024**3
     return choose_deepspeed_config(
         model_config or train.get("model_name_or_path"),

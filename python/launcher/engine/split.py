@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.planning.dsconfig import strategy_of_config
-from launcher.planning.hardware import MI300X, Accelerator, accelerator_named
-from launcher.planning.memory import SPEED_RANK, Cluster, Strategy
-from launcher.planning.training import SAFETY_MARGIN, TrainingPlan, plan_training_from_yaml
+from launcher.planning.hardware import DEFAULT_GPU_MEM_GIB, MI300X, Accelerator, accelerator_named
+from launcher.planning.memory import SAFETY_MARGIN, SPEED_RANK, Cluster, Strategy
+from launcher.planning.training import TrainingPlan, plan_training_from_yaml
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -80,7 +80,7 @@ def cluster_of(facts: NodeFacts) -> Cluster:
     return Cluster(
         nodes=len(facts.hosts),
         gpus_per_node=max(1, facts.nproc_per_node),
-        gpu_mem_gib=facts.gpu_mem_gib(facts.master) or 191.98,  # mift_gpus, else torch, else one MI300X
+        gpu_mem_gib=facts.gpu_mem_gib(facts.master) or DEFAULT_GPU_MEM_GIB,  # mift_gpus, else torch
         host_mem_gib=float(master.get("mem_total_bytes") or 0) / 1024**3,
     )
 

@@ -80,6 +80,24 @@ H200 = Accelerator(
 ACCELERATORS = {a.name.lower(): a for a in (MI300X, H200)}
 
 
+@dataclass(frozen=True)
+class NodePreset:
+    """One node of a kind: GPUs, usable memory per GPU and host RAM (GiB); what ``plan --hardware``
+    assumes and what a run falls back to when preflight learnt no GPU memory."""
+
+    gpus: int
+    gpu_mem_gib: float
+    host_mem_gib: float
+
+
+NODE_PRESETS = {
+    "mi300x": NodePreset(8, 191.98, 1536.0),  # rocminfo pool 201,310,208 KB; typical 8x MI300X host RAM
+    "h200": NodePreset(1, 140.4, 125.0),  # the lent H200 machine: nvidia-smi 143771 MiB, 128 GiB RAM
+}
+# a node whose GPU memory preflight did not learn (no mift_gpus fact, no torch answer): one MI300X's
+DEFAULT_GPU_MEM_GIB = NODE_PRESETS["mi300x"].gpu_mem_gib
+
+
 def accelerator_named(name: str, default: Accelerator | None = None) -> Accelerator:
     """Return the accelerator whose name appears in ``name`` (e.g. "AMD Instinct MI300X", "NVIDIA H200").
 

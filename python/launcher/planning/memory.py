@@ -38,6 +38,9 @@ from enum import Enum
 from launcher.planning.model import ModelShape
 
 GIB = 1024**3
+# a strategy or split fits when its estimate x (1 + margin) <= capacity: both planners (launcher.plan for
+# as_written, launcher.planning.training for auto) and `plan --margin`'s default
+SAFETY_MARGIN = 0.10
 # CUDA context + loaded kernels + cuBLAS workspace + caching-allocator slack, measured on one H200
 # (torch 2.11, cu130): 3B-shape LoRA without DeepSpeed peaked at 7779 MiB with 5417 MiB of weights,
 # 186 MiB of LoRA state and ~800 MiB of activations (gpu-lab README); the bench confirms it

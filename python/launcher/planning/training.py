@@ -25,14 +25,22 @@ from typing import TYPE_CHECKING, Any
 from launcher.exceptions import ConfigurationError
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.hardware import MI300X, Accelerator
-from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Estimate, Strategy, Workload, estimate
+from launcher.planning.memory import (
+    GIB,
+    SAFETY_MARGIN,
+    SPEED_RANK,
+    Cluster,
+    Estimate,
+    Strategy,
+    Workload,
+    estimate,
+)
 from launcher.planning.model import LINEAR_MODULES, ModelShape
 from launcher.planning.speed import StepTime, achieved_efficiency, step_time
 
 if TYPE_CHECKING:
     from launcher.planning.probe import ProbeOutcome
 
-SAFETY_MARGIN = 0.10  # a candidate fits when estimate x (1 + margin) <= capacity (the same as launcher.plan)
 # LLaMA-Factory's flash_attn values (0.9.5: auto, disabled, sdpa, fa2, fa3) -> the attention the memory model
 # knows. "auto" leaves transformers' default, sdpa (LLaMA-Factory model_utils/attention.py).
 ATTENTION = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa2", "disabled": "eager", "off": "eager"}
