@@ -155,6 +155,9 @@ class Staging(_Strict):
     dataset_dir: StageSource | None = None
     # where the nodes keep their hash cache of staged files (node path)
     node_cache: str = "/var/lib/mift/stage-hashes.json"
+    # with model and dataset_dir staged: the first node tokenizes, every node gets the copy of the cache key
+    # (launcher/tokenize_once.py, docs/launcher.md "Tokenize once")
+    tokenize_once: bool = True
 
     @model_validator(mode="after")
     def _dataset_not_hub(self) -> Staging:
@@ -190,6 +193,36 @@ class FabricOptions(_Strict):
 
     transport: Literal["auto", "rdma", "socket"] = "auto"
     socket_fallback: Literal["fail", "warn"] = "fail"
+
+
+# the smoke check's prompts when the job spec names none
+MERGE_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,")
+
+
+class MergeOptions(_Strict):
+    """Job spec ``merge``: merge the adapter into the base model after a successful run (launcher/merge.py,
+    docs/launcher.md "Merge after the run"; the one place of the defaults)."""
+
+    # None: merge when the job stages its model (the base is then on every node, verified) and trains LoRA
+    enabled: bool | None = None
+    # the node that merges; None: the node holding the final adapter (rank 0)
+    host: str | None = None
+    # cpu: export and check on the CPU; gpu: on the node's GPUs (LLaMA-Factory's export_device auto)
+    device: Literal["cpu", "gpu"] = "cpu"
+    # the merged model's dtype (LLaMA-Factory's infer_dtype; auto: bf16 where supported, else the model's)
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    prompts: Annotated[list[str], Field(min_length=1, max_length=16)] = Field(
+        default_factory=lambda: list(MERGE_PROMPTS)
+    )
+    max_new_tokens: Annotated[int, Field(ge=1, le=256)] = 16
+    timeout_s: Annotated[int, Field(gt=0)] = 6 * 3600
+
+    @field_validator("prompts")
+    @classmethod
+    def _no_empty_prompt(cls, value: list[str]) -> list[str]:
+        if any(not p.strip() for p in value):
+            raise ValueError("a prompt is empty")
+        return value
 
 
 class JobSpec(_Strict):
@@ -229,6 +262,8 @@ class JobSpec(_Strict):
     # the model and dataset folders every node gets, verified, before the start (docs/launcher.md "Staging")
     stage: Staging = Field(default_factory=Staging)
     fabric: FabricOptions = Field(default_factory=FabricOptions)
+    # after a successful run: merge the adapter into the base model and check it (launcher/merge.py)
+    merge: MergeOptions = Field(default_factory=MergeOptions)
 
     @field_validator("env")
     @classmethod

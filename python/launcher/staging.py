@@ -411,6 +411,8 @@ class StageOutcome:
     sent: dict[str, dict[str, int]]
     seconds: float
     extra: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    # host -> the ssh prefix that reaches it as Ansible does (empty: a local node), in rank order
+    connections: dict[str, list[str]] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -493,7 +495,41 @@ def stage(
     seconds = time.monotonic() - t0
     sent = {t.host: {"files": len(t.sends), "bytes": t.total} for t in transfers}
     _print_done(ordered, sent, hosts, seconds, out)
-    return StageOutcome(ordered, sent, seconds, extra)
+    connections = {h: ssh_argv(str(reports[h]["connection"]), reports[h]["ssh"]) for h in hosts}
+    return StageOutcome(ordered, sent, seconds, extra, connections)
+
+
+def node_connections(runner: PlaybookRunner, host_pattern: str, node_cache: str) -> dict[str, list[str]]:
+    """host -> the ssh prefix that reaches it as Ansible does, in rank order (one playbook, no hashing)."""
+    hosts, reports = _node_reports(runner, host_pattern, [], node_cache)
+    return {h: ssh_argv(str(reports[h]["connection"]), reports[h]["ssh"]) for h in hosts}
+
+
+def send_folders(
+    runner: PlaybookRunner,
+    host_pattern: str,
+    manifests: list[Manifest],
+    node_cache: str,
+    *,
+    out: IO[str],
+    stop: threading.Event,
+) -> dict[str, dict[str, int]]:
+    """Stage controller folders whose manifests are made to every node, as :func:`stage` does (only the files
+    a node lacks, verified); returns what each node was sent."""
+    t0 = time.monotonic()
+    hosts, reports = _node_reports(runner, host_pattern, [m.item for m in manifests], node_cache)
+    transfers, _extra = _plan_transfers(manifests, hosts, reports)
+    _send_all(transfers, node_cache, stop, out, None)
+    cache = controller_cache()
+    failures = [line for t in transfers if (line := _failure(t, cache))]
+    cache.save()
+    if stop.is_set():
+        raise JobFailedError("interrupted while staging; files sent so far are complete and verified")
+    if failures:
+        raise JobFailedError(failures[0])
+    sent = {t.host: {"files": len(t.sends), "bytes": t.total} for t in transfers}
+    _print_done(manifests, sent, hosts, time.monotonic() - t0, out)
+    return sent
 
 
 def _announce(manifest: Manifest, t0: float, out: IO[str]) -> Manifest:

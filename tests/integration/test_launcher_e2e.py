@@ -13,6 +13,7 @@ kept; and ``validate`` of the seed DeepSpeed JSON exits 2 naming the key.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -31,6 +32,7 @@ from mift_testsupport.rig import rig_id_from_env
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 RIG_ID = rig_id_from_env("LAUNCHER_E2E_RIG_ID", 5)
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
@@ -86,9 +88,29 @@ def test_lora_sft_zero3_offload_two_nodes(cluster: Cluster) -> None:
     assert_succeeded(cluster, "e2e-z3off", out)
 
 
-def test_run_stages_model_and_dataset_and_records_their_manifests(cluster: Cluster) -> None:
-    """Staging in a run (issue 31): the model and dataset reach both nodes, verified, before the start; the
-    run trains on them and its record holds their manifests (docs/launcher.md "Staging")."""
+def tokenizing_passes(text: str) -> int:
+    """LLaMA-Factory's tokenizing passes in a log: its ``Running tokenizer on dataset`` progress bar, counted
+    once per pass (the bar redraws the same description)."""
+    return len(re.findall(r"Running tokenizer on dataset[^:\n]*: +0%", text))
+
+
+def run_passes(cluster: Cluster, name: str) -> dict[str, int]:
+    """Where one run tokenized: the tokenize step's node log and each trainer's log -> passes."""
+    run = cluster.run_dir(name)
+    logs = {f"tokenize/{p.name}": p for p in sorted((run / "tokenize").glob("*.log"))}
+    logs |= {f"{host} trainer": run / "nodes" / host / "trainer.log" for host in ("host1", "host2")}
+    return {label: tokenizing_passes(path.read_text(errors="replace")) for label, path in logs.items()}
+
+
+def test_run_stages_model_and_dataset_and_records_their_manifests(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staging, tokenizing once and merging in a run pair (issue 31). Run 1: the model and dataset reach both
+    nodes, verified, before the start; the record holds their manifests; host1 tokenizes (one pass across the
+    2 hosts, host2 gets the copy, neither trainer tokenizes); after it the adapter is merged on host1 and the
+    merged model gives the same greedy tokens as base + adapter. Run 2, cutoff_len changed: nothing staged,
+    tokenized again, once (docs/launcher.md "Staging", "Tokenize once", "Merge after the run")."""
+    monkeypatch.setenv("MIFT_TOKENIZED_DIR", str(tmp_path / "tokenized"))  # no other run's copy is found
     data = REPO_ROOT / "configs" / "data" / "tiny_alpaca"
     stage = {"model": {"controller": str(tiny_model())}, "dataset_dir": {"controller": str(data)}}
     job = cluster.job("e2e-stage", max_steps=2, stage=stage)
@@ -109,6 +131,47 @@ def test_run_stages_model_and_dataset_and_records_their_manifests(cluster: Clust
     kept = json.loads((cluster.run_dir("e2e-stage") / "staging" / "model.manifest.json").read_text())
     assert kept["digest"] == items["model"]["digest"] and "model.safetensors" in kept["manifest"]
     assert "staged  model sha256:" in cluster.run("status", rec["run_id"]).stdout
+    # tokenized once: by host1's tokenize step; host2 got the copy; neither trainer tokenized
+    passes = run_passes(cluster, "e2e-stage")
+    print("tokenizing passes, run 1:", passes)
+    assert passes == {"tokenize/host1.log": 1, "host1 trainer": 0, "host2 trainer": 0}, passes
+    first = rec["tokenized"]
+    assert first["tokenized"] and set(first["sent"]) == {"host2"}, first
+    for host in ("host1", "host2"):
+        assert f"Loaded tokenized dataset from {first['path']}" in (
+            cluster.run_dir("e2e-stage") / "nodes" / host / "trainer.log"
+        ).read_text(errors="replace")
+    # merged on host1; the smoke check's greedy tokens are the same
+    merge = rec["merge"]
+    assert merge["status"] == "checked" and merge["same"] and merge["host"] == "host1", merge
+    result = json.loads((cluster.run_dir("e2e-stage") / "merge" / "result.json").read_text())
+    rows = result["answer"]["prompts"]
+    assert rows and all(r["merged"] == r["adapter"] and len(r["merged"]) == 16 for r in rows), rows
+    print("smoke check:", json.dumps([{k: r[k] for k in ("merged", "adapter", "base")} for r in rows]))
+    assert cluster.ssh(1, f"test -s {merge['dest']}/model.safetensors && echo ok").strip() == "ok"
+
+    # run 2: cutoff_len changed -> a new key: tokenized again, once; nothing staged; no merge asked
+    cfg.update(cutoff_len=32)
+    train.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    spec = yaml.safe_load(job.read_text())
+    spec["merge"] = {"enabled": False}
+    job.write_text(yaml.safe_dump(spec, sort_keys=False))
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory))
+    print(out.stdout)
+    assert_succeeded(cluster, "e2e-stage", out)
+    rec2 = cluster.record("e2e-stage")
+    assert rec2["run_id"] != rec["run_id"] and rec2["staging"]["sent"] == {}
+    second = rec2["tokenized"]
+    assert (
+        second["key"] != first["key"]
+        and second["tokenized"]
+        and second["inputs"]["train"]["cutoff_len"] == 32
+    )
+    assert "cutoff_len 64 -> 32" in out.stdout
+    passes = run_passes(cluster, "e2e-stage")
+    print("tokenizing passes, run 2:", passes)
+    assert passes == {"tokenize/host1.log": 1, "host1 trainer": 0, "host2 trainer": 0}, passes
+    assert "merge" not in rec2
 
 
 def test_killed_trainer_fails_and_stops_everywhere(cluster: Cluster) -> None:

@@ -314,10 +314,12 @@ def receive(roots: list[Path], stream: IO[bytes], out: IO[str], cache: HashCache
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mift_stage.py")
     parser.add_argument("command", choices=("report", "recv"))
-    parser.add_argument("dests", nargs="+")
+    parser.add_argument("dests", nargs="*")  # report with none: the node's connection only (launcher.merge)
     parser.add_argument("--cache", default=DEFAULT_CACHE)
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # the optional dests may follow --cache
     cache = HashCache(Path(args.cache) if args.cache else None)
+    if args.command == "recv" and not args.dests:
+        parser.error("recv needs at least one destination")
     if args.command == "report":
         print(json.dumps(report(args.dests, cache)))
         return 0

@@ -8,6 +8,7 @@ exactly these bytes to the nodes.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -334,3 +335,11 @@ def validate_plan(plan: RunPlan, *, builtin: bool | None = None) -> FileReport:
         train, label, job.train.path.parent, builtin=builtin, chosen_deepspeed=(ds_label, ds)
     )
     return report if report.problems else FileReport(label, ConfigKind.LLAMAFACTORY, report.summary)
+
+
+def with_tokenized_path(plan: RunPlan, path: str) -> RunPlan:
+    """The plan whose shipped training YAML reads the tokenized dataset at ``path`` (tokenize once)."""
+    train = yaml.safe_load(plan.files[TRAIN_FILE])
+    train["tokenized_path"] = path
+    files = {**plan.files, TRAIN_FILE: yaml.safe_dump(train, sort_keys=False).encode()}
+    return dataclasses.replace(plan, files=MappingProxyType(files))

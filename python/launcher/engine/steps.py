@@ -22,17 +22,26 @@ import yaml
 from launcher import runner as runner_module
 from launcher.backends import backend_of
 from launcher.engine.finish import finish
-from launcher.engine.plan import TRAIN_FILE, RunPlan, build_plan, require_liger, validate_plan
+from launcher.engine.plan import (
+    TRAIN_FILE,
+    RunPlan,
+    build_plan,
+    require_liger,
+    validate_plan,
+    with_tokenized_path,
+)
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.inventory import check_hosts
 from launcher.job import Job, agent_source
 from launcher.jobspec import mask_env
+from launcher.merge import merge_after_run
 from launcher.nodeenv import masked
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
 from launcher.runs import RunDir, new_run_id
 from launcher.staging import YAML_KEYS, stage, stage_items, write_manifests
+from launcher.tokenize_once import tokenize_for_run
 from launcher.validation.job import load_job
 from launcher.verdict import Verdict
 from launcher.watchdog import ProgressWatch, Schedule
@@ -235,7 +244,10 @@ def run_job(
             run.set_status("stopped" if interrupted.is_set() else "rejected", str(err))
             raise
         try:
-            stage_for_run(job, runner, run, interrupted, out)
+            tokenized = stage_for_run(job, runner, run, interrupted, out, plan=plan)
+            if tokenized is not None:  # the shipped YAML reads the tokenized copy (validated as shipped)
+                plan = with_tokenized_path(plan, tokenized)
+                _refuse(validate_plan(plan))
         except LauncherError as err:
             failed = "failed" if isinstance(err, JobFailedError) else "rejected"
             run.set_status("stopped" if interrupted.is_set() else failed, str(err))
@@ -244,19 +256,37 @@ def run_job(
 
 
 def stage_for_run(
-    job: LoadedJob, runner: PlaybookRunner, run: RunDir, interrupted: threading.Event, out: IO[str]
-) -> None:
+    job: LoadedJob,
+    runner: PlaybookRunner,
+    run: RunDir,
+    interrupted: threading.Event,
+    out: IO[str],
+    *,
+    plan: RunPlan | None = None,
+) -> str | None:
     """Stage the job's folders on every node (status ``staging``, progress in the record); the manifests are
-    kept in the run (``staging`` in record.json, ``staging/<key>.manifest.json``)."""
+    kept in the run (``staging`` in record.json, ``staging/<key>.manifest.json``). With ``plan``, then
+    tokenize once (launcher/tokenize_once.py): return the node path of the tokenized dataset, or None."""
     if not job.spec.stage.items():
-        return
+        return None
     run.set_status("staging")
     outcome = stage(
         job, runner, out=out, stop=interrupted, progress=lambda state: run.update(staging={"progress": state})
     )
-    if outcome is not None:
-        write_manifests(run.path, outcome)
-        run.update(staging=outcome.record())
+    if outcome is None:
+        return None
+    write_manifests(run.path, outcome)
+    run.update(staging=outcome.record())
+    if plan is None:
+        return None
+    train = yaml.safe_load(plan.files[TRAIN_FILE])
+    done = tokenize_for_run(
+        plan, runner, outcome, run.path / "tokenize", train=train, out=out, stop=interrupted
+    )
+    if done is None:
+        return None
+    run.update(tokenized=done[1])
+    return done[0]
 
 
 def stage_only(job_path: Path, *, inventory: Path | None, out: IO[str]) -> ExitCode:
@@ -430,6 +460,8 @@ def _ship_and_follow(
         watch=watch,
     )
     finish(job, verdict, nodes, out=out, announce=True)
+    if verdict.state == "succeeded":
+        merge_after_run(run, plan, runner, train=yaml.safe_load(plan.files[TRAIN_FILE]), out=out)
     return OK if verdict.state == "succeeded" else JOB_FAILED
 
 
