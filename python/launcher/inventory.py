@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.config_io import load_yaml_text
 from launcher.exceptions import ConfigurationError
-from launcher.repo import ANSIBLE_CFG, REPO_ROOT
+from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, CHECKOUT
 
 if TYPE_CHECKING:
     from launcher.jobspec import JobSpec
@@ -29,14 +29,17 @@ PLAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def default_inventory() -> Path | None:
-    """Return the inventory ``ansible.cfg`` names (relative to the repo), or None."""
+    """Return the inventory ``ansible.cfg`` names (relative to the checkout), or None (an installed launcher
+    has no default inventory)."""
+    if CHECKOUT is None:
+        return None
     parser = configparser.ConfigParser(interpolation=None)
     parser.read(ANSIBLE_CFG)
     value = parser.get("defaults", "inventory", fallback="").split(",")[0].strip()
     if not value:
         return None
     path = Path(value)
-    return path if path.is_absolute() else REPO_ROOT / path
+    return path if path.is_absolute() else CHECKOUT / path
 
 
 def _ansible_inventory() -> str:
@@ -57,8 +60,8 @@ def inventory_list(inventory: Path) -> dict[str, Any]:
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
-        "ANSIBLE_HOME": str(REPO_ROOT / ".ansible"),
-        "ANSIBLE_LOCAL_TEMP": str(REPO_ROOT / ".ansible" / "tmp"),
+        "ANSIBLE_HOME": str(ANSIBLE_HOME),
+        "ANSIBLE_LOCAL_TEMP": str(ANSIBLE_HOME / "tmp"),
         "ANSIBLE_INVENTORY_UNPARSED_FAILED": "true",
         "ANSIBLE_NOCOLOR": "1",
     }
@@ -71,7 +74,7 @@ def inventory_list(inventory: Path) -> dict[str, Any]:
             timeout=120,
             check=False,
             stdin=subprocess.DEVNULL,
-            cwd=REPO_ROOT,
+            cwd=CHECKOUT,
         )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise ConfigurationError(f"{inventory}: (file): cannot read inventory: {err}") from None
@@ -154,6 +157,10 @@ def check_hosts(spec: JobSpec, inventory: Path | None, source: Path) -> None:
     """Raise ConfigurationError when a host or group the job names is not in the inventory."""
     inv = inventory or default_inventory()
     if inv is None:
+        if CHECKOUT is None:
+            raise ConfigurationError(
+                f"{source}: no inventory: name one with -i (an installed launcher has no default)"
+            )
         return
     if not inv.exists():
         raise ConfigurationError(f"{inv}: inventory not found")

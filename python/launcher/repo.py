@@ -1,9 +1,35 @@
-"""Where the launcher's repository files are: the playbooks and the ``ansible.cfg`` they run with."""
+"""Where the launcher's own files are and where it keeps its state.
+
+Playbooks named ``playbooks/NAME.yml`` in the package's docstrings are these, not the repository's
+``playbooks/`` (provisioning).
+
+Its playbooks are package data (``launcher/playbooks``), so an installed launcher (``pip install`` of the
+wheel) finds them from any directory. Its Ansible settings are the repository's ``ansible.cfg`` (the package
+carries it as ``launcher/ansible.cfg``, a link to that one file in a checkout, a copy in the wheel).
+
+State: run directories and Ansible's own state. From a checkout (``provision.yml`` two levels above the
+package) they stay in the checkout, as the README's commands expect: ``runs/``, ``.ansible/``, and the default
+inventory is the one ``ansible.cfg`` names (the demo cluster). An installed launcher keeps them under
+``$XDG_STATE_HOME/mift`` (``~/.local/state/mift``) and has no default inventory: ``-i`` names one.
+``MIFT_RUNS_DIR`` moves the run directories in either case.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK_DIR = REPO_ROOT / "playbooks"
-ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
+PACKAGE_DIR = Path(__file__).resolve().parent
+PLAYBOOK_DIR = PACKAGE_DIR / "playbooks"
+ANSIBLE_CFG = PACKAGE_DIR / "ansible.cfg"
+
+
+def _checkout() -> Path | None:
+    root = PACKAGE_DIR.parents[1]
+    return root if (root / "provision.yml").is_file() and (root / "ansible.cfg").is_file() else None
+
+
+# the repository checkout the launcher runs from (None: an installed launcher)
+CHECKOUT = _checkout()
+STATE_DIR = CHECKOUT or Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "mift"
+ANSIBLE_HOME = STATE_DIR / ".ansible"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import ansible_runner
 
 from launcher.exceptions import ConfigurationError
-from launcher.repo import ANSIBLE_CFG, PLAYBOOK_DIR, REPO_ROOT
+from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -129,11 +129,11 @@ class PlaybookRunner:
         env = {
             "PATH": path,
             "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
-            "ANSIBLE_HOME": str(REPO_ROOT / ".ansible"),
-            "ANSIBLE_LOCAL_TEMP": str(REPO_ROOT / ".ansible" / "tmp"),
+            "ANSIBLE_HOME": str(ANSIBLE_HOME),
+            "ANSIBLE_LOCAL_TEMP": str(ANSIBLE_HOME / "tmp"),
             # ansible.cfg's relative control_path_dir would land in the private data dir
             # (ansible-runner's cwd), whose path is too long for an ssh ControlPath socket
-            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(REPO_ROOT / ".ansible" / "cp"),
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(ANSIBLE_HOME / "cp"),
             "ANSIBLE_NOCOLOR": "1",
         }
         env.update({k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ})

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.exceptions import ConfigurationError
-from launcher.repo import REPO_ROOT
+from launcher.repo import STATE_DIR
 
 RECORD = "record.json"
 ACTIVE_STATES = ("created", "preflight", "probing", "starting", "running", "stopping", "recovering")
@@ -24,7 +24,7 @@ FINAL_STATES = ("succeeded", "failed", "stopped", "stalled", "rejected")
 
 def runs_root() -> Path:
     """Return the folder holding all run directories (``MIFT_RUNS_DIR`` or ``runs/`` under the repo)."""
-    return Path(os.environ.get("MIFT_RUNS_DIR") or REPO_ROOT / "runs")
+    return Path(os.environ.get("MIFT_RUNS_DIR") or STATE_DIR / "runs")
 
 
 def new_run_id(name: str) -> str:

@@ -56,7 +56,7 @@ INPUT_PATHS = (
     "python/mift_testsupport/provision.py",
 )
 # applied by the suites that test them, never by the image (provision.yml imports the Slurm play only with
-# mift_slurm true; playbooks/slurm_*.yml are the launcher's): a change there must not make a new image
+# mift_slurm true): a change there must not make a new image; the launcher's playbooks live in its package
 NOT_INPUTS = (
     "roles/munge/",
     "roles/slurm_config/",

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from launcher.main import cli
+from launcher.repo import PLAYBOOK_DIR
 from launcher.runner import PlaybookResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -251,7 +252,7 @@ def test_plan_reads_the_training_yaml_like_validation(lab, capsys):
 
 def test_playbooks_hand_results_back_as_data_not_task_names():
     for playbook in ("preflight", "launch", "poll", "stop", "collect"):
-        plays = yaml.safe_load((REPO / "playbooks" / f"{playbook}.yml").read_text())
+        plays = yaml.safe_load((PLAYBOOK_DIR / f"{playbook}.yml").read_text())
         tasks = [t for play in plays for t in play.get("tasks", [])]
         assert not [t["name"] for t in tasks if str(t.get("name", "")).startswith("Report")], playbook
         assert any("ansible.builtin.set_stats" in t for t in tasks), playbook

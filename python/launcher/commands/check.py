@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="accept the job's nodes and links (fabric env, RDMA ports, GPUs, all-reduce per pair)",
         description=(
             "Probe every node of the job (read-only), derive its NCCL/Gloo environment, judge its RDMA "
-            "ports, GID index, ECC, PCIe and firmware, then measure the all-reduce bandwidth of each pair "
+            "ports, GID index, ECC, PCIe and firmware, measure every GPU (bf16 matmul, copy bandwidth; "
+            "nodes whose torch has a GPU backend), then measure the all-reduce bandwidth of each pair "
             "of nodes and of the ring (gloo). One table of links, slow ones flagged, one line per bad node "
             "or link. Links are cached per boot and node set. Exit code: 0 passed, 1 something is bad, 2 "
             "bad input."
@@ -39,6 +40,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--size-mb", type=float, default=links.SIZE_MB, help=f"MiB per all-reduce (default {links.SIZE_MB:g})"
     )
     p.add_argument("--no-gpu-tools", action="store_true", help="do not run amd-smi on the nodes")
+    p.add_argument(
+        "--no-gpu-test", action="store_true", help="do not measure the GPUs (matmul, copy bandwidth)"
+    )
+    p.add_argument("--gpu-min-tflops", type=float, default=0.0, help="bf16 matmul floor per GPU (0: none)")
+    p.add_argument(
+        "--gpu-min-membw-gbs", type=float, default=0.0, help="copy bandwidth floor per GPU (0: none)"
+    )
     p.set_defaults(func=_cmd_check)
     return p
 
@@ -53,4 +61,7 @@ def _cmd_check(args: argparse.Namespace) -> ExitCode:
         min_gbs=args.min_gbs,
         size_mb=args.size_mb,
         gpu_tools=not args.no_gpu_tools,
+        gpu_test=not args.no_gpu_test,
+        gpu_min_tflops=args.gpu_min_tflops,
+        gpu_min_membw_gbs=args.gpu_min_membw_gbs,
     )

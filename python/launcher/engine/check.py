@@ -3,7 +3,10 @@
 1. Preflight's probe on every node (read-only; with ``--gpu-tools``: what amd-smi prints).
 2. Each node's fabric environment (:mod:`launcher.fabric.env`): a missing interface or settings that differ
    across nodes are refused here, one line naming the node, as ``run`` would.
-3. Per node: :func:`launcher.fabric.accept.accept_nodes` (RDMA ports, GID indexes, ECC, PCIe, firmware).
+3. Per node: :func:`launcher.fabric.accept.accept_nodes` (RDMA ports, GID indexes, ECC, PCIe, firmware), and
+   on the nodes whose torch has a GPU backend (CUDA or HIP build) the GPU test (``playbooks/check_gpu.yml``,
+   ``data/mift_gpu_check.py``: bf16 matmul TFLOP/s and copy bandwidth of every GPU against floors and against
+   the node's best GPU; nothing left allocated). A node whose torch is a CPU build gets a note, not a pass.
 4. Across nodes: the all-reduce bandwidth of every pair and the ring (``playbooks/check_allreduce.yml``,
    gloo over the derived ``GLOO_SOCKET_IFNAME``), judged by :func:`launcher.fabric.links.judge`; served from
    the cache of this boot and node set unless ``fresh``.
@@ -34,6 +37,79 @@ if TYPE_CHECKING:
 
 # the rounds' ports start here, above the job's master_port (nothing of the job runs during a check)
 PORT_OFFSET = 10
+# the GPU test of one node: 8 GPUs one after the other, a few seconds each (4-6 s on an H200), torch's start
+GPU_TEST_TIMEOUT_S = 600
+
+
+def gpu_check_source() -> str:
+    """Return the controller path of the node script of the GPU test."""
+    return str(resources.files("launcher") / "data" / "mift_gpu_check.py")
+
+
+def _pythons(spec: JobSpec, facts: NodeFacts) -> dict[str, str]:
+    """Return host -> the trainer's interpreter (what preflight's torch answer ran, else the node venv's)."""
+    venv = spec.node_venv or "/opt/mift/venv"
+    return {h: str((facts.torch.get(h) or {}).get("python") or f"{venv}/bin/python3") for h in facts.hosts}
+
+
+def gpu_backend(facts: NodeFacts, host: str) -> str | None:
+    """Return the GPU backend of the node's torch (``hip``/``cuda`` and its version); None: a CPU build."""
+    torch = facts.torch.get(host) or {}
+    for name in ("hip", "cuda"):
+        if torch.get(name):
+            return f"{name} {torch[name]}"
+    return None
+
+
+def measure_gpus(
+    runner: PlaybookRunner,
+    hosts: list[str],
+    pythons: dict[str, str],
+    *,
+    min_tflops: float,
+    min_membw_gbs: float,
+) -> dict[str, dict[str, Any]]:
+    """Run the GPU test on ``hosts``; return host -> its answer (``ok``, ``gpus``, ``problems``, ...); a node
+    whose test did not answer gets ``ok`` false and the failure as its problem."""
+    args = ["--min-tflops", f"{min_tflops:g}", "--min-membw-gbs", f"{min_membw_gbs:g}"]
+    result = runner.run(
+        "check_gpu",
+        {
+            "mift_hosts": ",".join(hosts),
+            "mift_gpu_check_src": gpu_check_source(),
+            "mift_check_python": {h: pythons[h] for h in hosts},
+            "mift_gpu_check_args": args,
+        },
+        timeout=GPU_TEST_TIMEOUT_S,
+    )
+    answers: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        answer = result.report(host, "gpu_check")
+        if isinstance(answer, dict):
+            answers[host] = answer
+        else:
+            failure = result.failures.get(host) or "no answer"
+            answers[host] = {"ok": False, "gpus": [], "problems": [f"GPU test failed: {failure}"]}
+    return answers
+
+
+def gpu_table(answers: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Return the GPU table (one line per node: GPUs, the slowest GPU's TFLOP/s and GB/s, what is left) and
+    one line per bad node (``host: problem``)."""
+    lines = [f"{'node':<12} {'GPUs':>4} {'bf16 TFLOP/s':>13} {'copy GB/s':>10} {'left MiB':>9} {'s':>6}"]
+    bad: list[str] = []
+    for host, answer in answers.items():
+        tflops, membw = answer.get("tflops"), answer.get("membw_gbs")
+        tflops_text = "-" if tflops is None else f"{tflops:.1f}"
+        membw_text = "-" if membw is None else f"{membw:.0f}"
+        lines.append(
+            f"{host:<12} {len(answer.get('gpus') or []):>4} {tflops_text:>13} {membw_text:>10} "
+            f"{answer.get('reserved_after_mib', '-')!s:>9} {answer.get('wall_s', '-')!s:>6}"
+        )
+        bad.extend(f"{host}: {problem}" for problem in answer.get("problems") or [])
+        if not answer.get("problems") and not answer.get("ok"):
+            bad.append(f"{host}: GPU test failed")
+    return lines, bad
 
 
 def allreduce_source() -> str:
@@ -60,8 +136,7 @@ def measure_links(
 ) -> list[links.LinkResult]:
     """Run the all-reduce rounds on the nodes; return one result per round."""
     planned = links.rounds(facts.hosts, spec.master_port + PORT_OFFSET)
-    venv = spec.node_venv or "/opt/mift/venv"
-    pythons = {h: str((facts.torch.get(h) or {}).get("python") or f"{venv}/bin/python3") for h in facts.hosts}
+    pythons = _pythons(spec, facts)
     result = runner.run(
         "check_allreduce",
         {
@@ -121,6 +196,9 @@ def run_check(
     min_gbs: float = links.MIN_GBS,
     size_mb: float = links.SIZE_MB,
     gpu_tools: bool = True,
+    gpu_test: bool = True,
+    gpu_min_tflops: float = 0.0,
+    gpu_min_membw_gbs: float = 0.0,
     out: IO[str] | None = None,
 ) -> ExitCode:
     """Check the job's nodes and links; print the tables and one line per bad node or link."""
@@ -161,6 +239,27 @@ def run_check(
     releases = {h: _rocm_release(facts.stack.get(h) or {}) for h in facts.hosts}
     accepted = accept_nodes(facts.hosts, facts.train_address, facts.probe, releases)
     bad = list(accepted.bad)
+    gpu_notes: list[str] = []
+    if gpu_test:
+        measured = [h for h in facts.hosts if gpu_backend(facts, h)]
+        gpu_notes = [
+            f"{h}: torch is a CPU build (no CUDA or HIP): GPU test not run"
+            for h in facts.hosts
+            if h not in measured
+        ]
+        if measured:
+            answers = measure_gpus(
+                runner,
+                measured,
+                _pythons(spec, facts),
+                min_tflops=gpu_min_tflops,
+                min_membw_gbs=gpu_min_membw_gbs,
+            )
+            gpu_lines, gpu_bad = gpu_table(answers)
+            print("", file=out)
+            for line in gpu_lines:
+                print(line, file=out)
+            bad.extend(gpu_bad)
     how = "one node: no links"
     if len(facts.hosts) > 1:
         lines, link_bad, how = _links(
@@ -170,7 +269,7 @@ def run_check(
         for line in lines:
             print(line, file=out)
         bad.extend(link_bad)
-    for note in [*facts.notes, *accepted.notes]:
+    for note in [*facts.notes, *accepted.notes, *gpu_notes]:
         print(f"note: {note}", file=out)
     for warning in facts.warnings:
         print(f"warning: {warning}", file=out)

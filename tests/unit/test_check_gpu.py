@@ -1,0 +1,86 @@
+"""`launcher check`'s GPU test: which nodes it runs on, its table and bad lines, and the real playbook with
+the real node script on this machine (ansible_connection=local; its torch is a CPU build, so the script finds
+no GPU and says so: a node whose torch has a GPU backend but no GPU is bad, never ok)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.engine.check import gpu_backend, gpu_table, measure_gpus
+from launcher.preflight import NodeFacts
+from launcher.runner import PlaybookRunner
+
+ansible_runner = pytest.importorskip("ansible_runner")
+torch = pytest.importorskip("torch")
+
+
+def _facts(torch_answers: dict[str, dict[str, object]]) -> NodeFacts:
+    hosts = list(torch_answers)
+    return NodeFacts(
+        hosts=hosts,
+        train_address=dict.fromkeys(hosts, "10.0.0.1"),
+        stack={h: {} for h in hosts},
+        gpus={h: {} for h in hosts},
+        probe={h: {} for h in hosts},
+        torch=torch_answers,
+    )
+
+
+def test_only_nodes_whose_torch_has_a_gpu_backend_are_measured() -> None:
+    facts = _facts({"n1": {"hip": "7.0.51831", "cuda": None}, "n2": {"cuda": "13.0"}, "n3": {"cuda": None}})
+    assert [gpu_backend(facts, h) for h in facts.hosts] == ["hip 7.0.51831", "cuda 13.0", None]
+
+
+def test_table_names_the_slow_gpu_and_the_node_that_did_not_answer() -> None:
+    answers = {
+        "n1": {
+            "ok": True,
+            "gpus": [{"gpu": i} for i in range(8)],
+            "tflops": 760.1,
+            "membw_gbs": 4243.9,
+            "problems": [],
+            "reserved_after_mib": 0.0,
+            "wall_s": 4.15,
+        },
+        "n2": {
+            "ok": False,
+            "gpus": [{"gpu": i} for i in range(8)],
+            "tflops": 501.0,
+            "membw_gbs": 4200.0,
+            "problems": ["GPU 5: bf16 matmul 501 TFLOP/s below 80% of the node's best (760)"],
+            "reserved_after_mib": 0.0,
+            "wall_s": 4.3,
+        },
+        "n3": {"ok": False, "gpus": [], "problems": ["GPU test failed: no answer"]},
+    }
+    lines, bad = gpu_table(answers)
+    assert lines[1].split() == ["n1", "8", "760.1", "4244", "0.0", "4.15"]
+    assert lines[3].split() == ["n3", "0", "-", "-", "-", "-"]
+    assert bad == [
+        "n2: GPU 5: bf16 matmul 501 TFLOP/s below 80% of the node's best (760)",
+        "n3: GPU test failed: no answer",
+    ]
+
+
+def test_the_playbook_runs_the_script_and_a_node_without_a_gpu_is_bad(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.json"
+    inventory.write_text(
+        json.dumps(
+            {
+                "all": {
+                    "hosts": {"node1": {}},
+                    "vars": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable},
+                }
+            }
+        )
+    )
+    runner = PlaybookRunner(tmp_path / "ansible", inventory=inventory)
+    answers = measure_gpus(runner, ["node1"], {"node1": sys.executable}, min_tflops=0, min_membw_gbs=0)
+    assert answers["node1"]["ok"] is False
+    assert answers["node1"]["problems"] == ["no GPU visible to torch"]
+    _, bad = gpu_table(answers)
+    assert bad == ["node1: no GPU visible to torch"]
