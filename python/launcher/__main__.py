@@ -52,10 +52,12 @@ def main() -> None:
     # non-interactive shell, a CI runner): then a Ctrl-C or `kill -INT` during validation was lost and the job
     # started anyway. The launcher always answers SIGINT, and SIGTERM the same way.
     handler = _FirstSignal()
-    for sig in SIGNALS:
-        signal.signal(sig, handler)
     code: int = JOB_FAILED
     try:
+        # inside the try: a signal right after the first handler is set is caught too; SIGTERM first, so that
+        # once SIGINT is caught (all a caller can see) SIGTERM is as well
+        for sig in reversed(SIGNALS):
+            signal.signal(sig, handler)
         from launcher.main import cli  # noqa: PLC0415 - a signal during the imports is caught too
 
         code = cli()
