@@ -485,15 +485,8 @@ def stage(
     for host, left in extra.items():
         for dest, names in left.items():
             print(f"note: {host}: {dest}: {len(names)} files not in the manifest left in place", file=out)
-    _send_all(transfers, job.spec.stage.node_cache, stop, out, progress)
-    failures = [line for t in transfers if (line := _failure(t, cache))]
-    cache.save()
-    if stop.is_set():
-        raise JobFailedError("interrupted while staging; files sent so far are complete and verified")
-    if failures:
-        raise JobFailedError(failures[0])
+    sent = _send_verified(transfers, job.spec.stage.node_cache, cache, stop=stop, out=out, progress=progress)
     seconds = time.monotonic() - t0
-    sent = {t.host: {"files": len(t.sends), "bytes": t.total} for t in transfers}
     _print_done(ordered, sent, hosts, seconds, out)
     connections = {h: ssh_argv(str(reports[h]["connection"]), reports[h]["ssh"]) for h in hosts}
     return StageOutcome(ordered, sent, seconds, extra, connections)
@@ -519,17 +512,29 @@ def send_folders(
     t0 = time.monotonic()
     hosts, reports = _node_reports(runner, host_pattern, [m.item for m in manifests], node_cache)
     transfers, _extra = _plan_transfers(manifests, hosts, reports)
-    _send_all(transfers, node_cache, stop, out, None)
-    cache = controller_cache()
+    sent = _send_verified(transfers, node_cache, controller_cache(), stop=stop, out=out, progress=None)
+    _print_done(manifests, sent, hosts, time.monotonic() - t0, out)
+    return sent
+
+
+def _send_verified(
+    transfers: list[HostTransfer],
+    node_cache: str,
+    cache: mift_stage.HashCache,
+    *,
+    stop: threading.Event,
+    out: IO[str],
+    progress: Callable[[dict[str, Any]], object] | None,
+) -> dict[str, dict[str, int]]:
+    """Send every transfer (in parallel), then raise the first failure; return host -> files, bytes sent."""
+    _send_all(transfers, node_cache, stop, out, progress)
     failures = [line for t in transfers if (line := _failure(t, cache))]
     cache.save()
     if stop.is_set():
         raise JobFailedError("interrupted while staging; files sent so far are complete and verified")
     if failures:
         raise JobFailedError(failures[0])
-    sent = {t.host: {"files": len(t.sends), "bytes": t.total} for t in transfers}
-    _print_done(manifests, sent, hosts, time.monotonic() - t0, out)
-    return sent
+    return {t.host: {"files": len(t.sends), "bytes": t.total} for t in transfers}
 
 
 def _announce(manifest: Manifest, t0: float, out: IO[str]) -> Manifest:
