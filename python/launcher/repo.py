@@ -4,8 +4,8 @@ Playbooks named ``playbooks/NAME.yml`` in the package's docstrings are these, no
 ``playbooks/`` (provisioning).
 
 Its playbooks are package data (``launcher/playbooks``), so an installed launcher (``pip install`` of the
-wheel) finds them from any directory. Its Ansible settings are the repository's ``ansible.cfg`` (the package
-carries it as ``launcher/ansible.cfg``, a link to that one file in a checkout, a copy in the wheel).
+wheel) finds them from any directory. Its Ansible settings are the repository's ``ansible.cfg`` (the wheel
+carries a copy as ``launcher/ansible.cfg``; in a checkout that is a link, and the checkout's file is used).
 
 State: run directories and Ansible's own state. From a checkout (``provision.yml`` two levels above the
 package) they stay in the checkout, as the README's commands expect: ``runs/``, ``.ansible/``, and the default
@@ -21,7 +21,6 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PLAYBOOK_DIR = PACKAGE_DIR / "playbooks"
-ANSIBLE_CFG = PACKAGE_DIR / "ansible.cfg"
 
 
 def _checkout() -> Path | None:
@@ -31,5 +30,8 @@ def _checkout() -> Path | None:
 
 # the repository checkout the launcher runs from (None: an installed launcher)
 CHECKOUT = _checkout()
+# the checkout's own file, not the package's link to it: Ansible resolves the relative paths in it (the
+# default inventory, roles_path) against the folder of the path it is given, without following the link
+ANSIBLE_CFG = CHECKOUT / "ansible.cfg" if CHECKOUT else PACKAGE_DIR / "ansible.cfg"
 STATE_DIR = CHECKOUT or Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "mift"
 ANSIBLE_HOME = STATE_DIR / ".ansible"
