@@ -135,3 +135,38 @@ def test_collect_ships_each_rank_log_named_by_its_global_rank(tmp_path: Path) ->
         assert {"rank2.stderr.log", "rank3.stdout.log"} <= set(tar.getnames())
         member = tar.extractfile("rank3.stderr.log")
         assert member is not None and member.read() == b"err 1\n"
+
+
+def test_collect_ships_the_trainers_tensorboard_event_files(tmp_path: Path) -> None:
+    """report_to: tensorboard: the event files HF's Trainer writes under <output_dir>/runs/<time>_<host>/
+    reach the controller's nodes/<host>/ (flat: their names are unique), where `tensorboard --logdir` reads
+    them."""
+    from launcher.job import unpack_collected  # noqa: PLC0415
+
+    run_dir = tmp_path / "r1"
+    events = run_dir / "output" / "runs" / "Dec05_03-10-00_host1"
+    events.mkdir(parents=True)
+    (run_dir / "job.json").write_text(json.dumps({"run_id": "r1", "node_rank": 0}))
+    name = "events.out.tfevents.1796440200.host1.71.0"
+    (events / name).write_bytes(b"\x18\x00tfevents")
+    collected = mift_agent.cmd_collect(run_dir)
+    host_dir = tmp_path / "nodes" / "host1"
+    host_dir.mkdir(parents=True)
+    Path(collected["archive"]).replace(host_dir / "collect.tar.gz")
+    unpack_collected(host_dir)
+    assert (host_dir / name).read_bytes() == b"\x18\x00tfevents"
+    assert mift_agent.tensorboard_files(tmp_path / "none") == []  # no output yet: nothing, no error
+
+
+def test_the_trainer_writes_tensorboard_events_under_its_output(tmp_path: Path) -> None:
+    """transformers 5 writes event files where TENSORBOARD_LOGGING_DIR says, else into runs/ of the working
+    directory: the agent points it under the output (relative or absolute), and the job's env wins."""
+    run_dir = tmp_path / "r1"
+    run_dir.mkdir()
+    (run_dir / "job.json").write_text(json.dumps({"run_id": "r1", "output_dir": "output"}))
+    tb_dir = mift_agent._trainer_env(run_dir, "r1")["TENSORBOARD_LOGGING_DIR"]
+    assert tb_dir == str(run_dir / "output" / "runs")
+    (run_dir / "job.json").write_text(json.dumps({"run_id": "r1", "output_dir": "/data/out"}))
+    assert mift_agent._trainer_env(run_dir, "r1")["TENSORBOARD_LOGGING_DIR"] == "/data/out/runs"
+    (run_dir / "env.json").write_text(json.dumps({"TENSORBOARD_LOGGING_DIR": "/elsewhere"}))
+    assert mift_agent._trainer_env(run_dir, "r1")["TENSORBOARD_LOGGING_DIR"] == "/elsewhere"

@@ -201,6 +201,10 @@ def _trainer_env(run_dir: Path, run_id: str) -> dict[str, str]:
     env[MARKER] = agent_key(run_id, run_dir)
     flight_recorder_env(env, run_dir)
     rank_log_env(env, run_dir)
+    # report_to: tensorboard: transformers 5 writes where TENSORBOARD_LOGGING_DIR says, else into runs/ of
+    # the trainer's working directory; under the output, collect ships the event files (the job's env wins)
+    output_dir = run_dir / str(_read_json(run_dir / "job.json").get("output_dir") or "output")
+    env.setdefault("TENSORBOARD_LOGGING_DIR", str(output_dir / "runs"))
     tunableop = env.get("PYTORCH_TUNABLEOP_FILENAME", "")
     if tunableop.startswith("/"):  # kept between runs: PyTorch writes it when the trainer ends
         Path(tunableop).parent.mkdir(parents=True, exist_ok=True)
@@ -219,6 +223,15 @@ def rank_log_env(env: dict[str, str], run_dir: Path) -> None:
     env.setdefault("PET_LOG_DIR", str(run_dir / RANK_LOG_DIR))
     env.setdefault("PET_TEE", "3")  # 3: stdout and stderr, to the files and to trainer.log
     env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", RANK_LOG_PREFIX)
+
+
+def tensorboard_files(output_dir: Path) -> list[Path]:
+    """Return the trainer's TensorBoard event files (``report_to: tensorboard``: the main process writes them
+    into ``<output_dir>/runs``, where :func:`_trainer_env` points ``TENSORBOARD_LOGGING_DIR``). Their names
+    are unique (time, host, pid), so they travel flat, beside the logs."""
+    if not (output_dir / "runs").is_dir():
+        return []
+    return sorted(p for p in (output_dir / "runs").rglob("events.out.tfevents.*") if p.is_file())
 
 
 def rank_logs(run_dir: Path) -> dict[str, Path]:
@@ -1014,6 +1027,8 @@ def cmd_collect(run_dir: Path, remote: bool = False) -> dict[str, Any]:
             tar.add(path, arcname=path.name)
         for name, path in rank_logs(run_dir).items():
             tar.add(path, arcname=name)
+        for path in tensorboard_files(output_dir):
+            tar.add(path, arcname=path.name)
     tmp.chmod(0o600)
     tmp.replace(archive)
     return {"ok": True, "status": status, "outputs": outputs, "archive": str(archive), "gpu_after": gpu_after}
