@@ -135,7 +135,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     others = gpu_processes(exclude=os.getpid())
     import torch  # noqa: PLC0415
 
-    backend = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    hip, cuda = getattr(torch.version, "hip", None), getattr(torch.version, "cuda", None)
+    backend = "rocm" if hip else "cuda" if cuda else "cpu"  # cpu: a build without a GPU backend
     gpus: list[dict[str, Any]] = []
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for index in range(count):

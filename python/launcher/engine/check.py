@@ -4,9 +4,10 @@
 2. Each node's fabric environment (:mod:`launcher.fabric.env`): a missing interface or settings that differ
    across nodes are refused here, one line naming the node, as ``run`` would.
 3. Per node: :func:`launcher.fabric.accept.accept_nodes` (RDMA ports, GID indexes, ECC, PCIe, firmware), and
-   on the nodes whose torch has a GPU backend (CUDA or HIP build) the GPU test (``playbooks/check_gpu.yml``,
-   ``data/mift_gpu_check.py``: bf16 matmul TFLOP/s and copy bandwidth of every GPU against floors and against
-   the node's best GPU; nothing left allocated). A node whose torch is a CPU build gets a note, not a pass.
+   the GPU test on every node (``playbooks/check_gpu.yml``, ``data/mift_gpu_check.py``: bf16 matmul TFLOP/s
+   and copy bandwidth of every GPU against floors and against the node's best GPU; nothing left allocated).
+   A node whose torch is a CPU build (the script's answer, not preflight's: torch is asked there only when
+   needed) gets a note, not a pass.
 4. Across nodes: the all-reduce bandwidth of every pair and the ring (``playbooks/check_allreduce.yml``,
    gloo over the derived ``GLOO_SOCKET_IFNAME``), judged by :func:`launcher.fabric.links.judge`; served from
    the cache of this boot and node set unless ``fresh``.
@@ -50,15 +51,6 @@ def _pythons(spec: JobSpec, facts: NodeFacts) -> dict[str, str]:
     """Return host -> the trainer's interpreter (what preflight's torch answer ran, else the node venv's)."""
     venv = spec.node_venv or "/opt/mift/venv"
     return {h: str((facts.torch.get(h) or {}).get("python") or f"{venv}/bin/python3") for h in facts.hosts}
-
-
-def gpu_backend(facts: NodeFacts, host: str) -> str | None:
-    """Return the GPU backend of the node's torch (``hip``/``cuda`` and its version); None: a CPU build."""
-    torch = facts.torch.get(host) or {}
-    for name in ("hip", "cuda"):
-        if torch.get(name):
-            return f"{name} {torch[name]}"
-    return None
 
 
 def measure_gpus(
@@ -241,21 +233,21 @@ def run_check(
     bad = list(accepted.bad)
     gpu_notes: list[str] = []
     if gpu_test:
-        measured = [h for h in facts.hosts if gpu_backend(facts, h)]
+        answers = measure_gpus(
+            runner,
+            facts.hosts,
+            _pythons(spec, facts),
+            min_tflops=gpu_min_tflops,
+            min_membw_gbs=gpu_min_membw_gbs,
+        )
         gpu_notes = [
             f"{h}: torch is a CPU build (no CUDA or HIP): GPU test not run"
-            for h in facts.hosts
-            if h not in measured
+            for h, answer in answers.items()
+            if answer.get("backend") == "cpu"
         ]
+        measured = {h: a for h, a in answers.items() if a.get("backend") != "cpu"}
         if measured:
-            answers = measure_gpus(
-                runner,
-                measured,
-                _pythons(spec, facts),
-                min_tflops=gpu_min_tflops,
-                min_membw_gbs=gpu_min_membw_gbs,
-            )
-            gpu_lines, gpu_bad = gpu_table(answers)
+            gpu_lines, gpu_bad = gpu_table(measured)
             print("", file=out)
             for line in gpu_lines:
                 print(line, file=out)
