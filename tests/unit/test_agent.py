@@ -205,6 +205,6 @@ def test_trainer_env_creates_the_kept_tunableop_directory(tmp_path: Path) -> Non
     run_dir.mkdir()
     results = tmp_path / "kept" / "tunableop" / "tunableop_results.csv"
     (run_dir / "env.json").write_text(json.dumps({"PYTORCH_TUNABLEOP_FILENAME": str(results)}))
-    env = module._trainer_env(run_dir, "r1")
+    env = module._trainer_env(run_dir, {"run_id": "r1"})
     assert env["PYTORCH_TUNABLEOP_FILENAME"] == str(results)
     assert results.parent.is_dir()

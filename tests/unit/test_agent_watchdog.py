@@ -163,10 +163,10 @@ def test_the_trainer_writes_tensorboard_events_under_its_output(tmp_path: Path) 
     directory: the agent points it under the output (relative or absolute), and the job's env wins."""
     run_dir = tmp_path / "r1"
     run_dir.mkdir()
-    (run_dir / "job.json").write_text(json.dumps({"run_id": "r1", "output_dir": "output"}))
-    tb_dir = mift_agent._trainer_env(run_dir, "r1")["TENSORBOARD_LOGGING_DIR"]
-    assert tb_dir == str(run_dir / "output" / "runs")
-    (run_dir / "job.json").write_text(json.dumps({"run_id": "r1", "output_dir": "/data/out"}))
-    assert mift_agent._trainer_env(run_dir, "r1")["TENSORBOARD_LOGGING_DIR"] == "/data/out/runs"
+    env = mift_agent._trainer_env(run_dir, {"run_id": "r1", "output_dir": "output"})
+    assert env["TENSORBOARD_LOGGING_DIR"] == str(run_dir / "output" / "runs")
+    env = mift_agent._trainer_env(run_dir, {"run_id": "r1", "output_dir": "/data/out"})
+    assert env["TENSORBOARD_LOGGING_DIR"] == "/data/out/runs"
     (run_dir / "env.json").write_text(json.dumps({"TENSORBOARD_LOGGING_DIR": "/elsewhere"}))
-    assert mift_agent._trainer_env(run_dir, "r1")["TENSORBOARD_LOGGING_DIR"] == "/elsewhere"
+    env = mift_agent._trainer_env(run_dir, {"run_id": "r1", "output_dir": "output"})
+    assert env["TENSORBOARD_LOGGING_DIR"] == "/elsewhere"

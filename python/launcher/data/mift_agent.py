@@ -192,19 +192,23 @@ def sweep(pgid: int | None, key: str, grace: float) -> list[int]:
     return marked_pids(key)
 
 
-def _trainer_env(run_dir: Path, run_id: str) -> dict[str, str]:
+def output_dir_of(run_dir: Path, job: dict[str, Any]) -> Path:
+    """Return the job's output directory on this node (relative to the run dir, or absolute)."""
+    return run_dir / str(job.get("output_dir") or "output")
+
+
+def _trainer_env(run_dir: Path, job: dict[str, Any]) -> dict[str, str]:
     extra = _read_json(run_dir / "env.json")
     env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME")}
     env.setdefault("HOME", "/root")
     env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update({str(k): str(v) for k, v in extra.items()})
-    env[MARKER] = agent_key(run_id, run_dir)
+    env[MARKER] = agent_key(str(job["run_id"]), run_dir)
     flight_recorder_env(env, run_dir)
     rank_log_env(env, run_dir)
     # report_to: tensorboard: transformers 5 writes where TENSORBOARD_LOGGING_DIR says, else into runs/ of
     # the trainer's working directory; under the output, collect ships the event files (the job's env wins)
-    output_dir = run_dir / str(_read_json(run_dir / "job.json").get("output_dir") or "output")
-    env.setdefault("TENSORBOARD_LOGGING_DIR", str(output_dir / "runs"))
+    env.setdefault("TENSORBOARD_LOGGING_DIR", str(output_dir_of(run_dir, job) / "runs"))
     tunableop = env.get("PYTORCH_TUNABLEOP_FILENAME", "")
     if tunableop.startswith("/"):  # kept between runs: PyTorch writes it when the trainer ends
         Path(tunableop).parent.mkdir(parents=True, exist_ok=True)
@@ -315,7 +319,7 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
     fields for every state.json written, e.g. the Slurm node)."""
     extra = dict(extra or {})
     run_id = str(job["run_id"])
-    env = _trainer_env(run_dir, run_id)
+    env = _trainer_env(run_dir, job)
     argv = [str(a) for a in job["argv"]]
     venv_bin = str(Path(argv[0]).parent)
     env["PATH"] = venv_bin + os.pathsep + env["PATH"]  # llamafactory-cli runs `torchrun` by name
@@ -427,7 +431,7 @@ def mark_latest(run_dir: Path, job: dict[str, Any]) -> str | None:
     resume = job.get("resume_from")
     if not resume:
         return None
-    output_dir = run_dir / str(job.get("output_dir", "output"))
+    output_dir = output_dir_of(run_dir, job)
     if resume == "last":
         steps = checkpoints(output_dir)
         if not steps:
@@ -740,7 +744,7 @@ def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
             name = "running" if trainer_alive else "vanished"
     if name == "starting" and time.time() - float(state.get("started_at") or 0) > 60:
         name = "vanished"
-    output_dir = run_dir / str(job.get("output_dir", "output"))
+    output_dir = output_dir_of(run_dir, job)
     expect = [str(e) for e in job.get("expect_outputs", [])]
     outputs = {e: (output_dir / e).exists() for e in expect}
     rc = state.get("rc")
@@ -856,7 +860,7 @@ def watch_facts(run_dir: Path, job: dict[str, Any]) -> dict[str, Any]:
     state of every training rank."""
     run_id = str(job.get("run_id") or "")
     return {
-        "checkpoint": checkpoint_fact(run_dir / str(job.get("output_dir", "output"))),
+        "checkpoint": checkpoint_fact(output_dir_of(run_dir, job)),
         "ranks": rank_processes(agent_key(run_id, run_dir)) if run_id else [],
     }
 
