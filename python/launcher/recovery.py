@@ -10,7 +10,9 @@ Failure kinds (``FAILURE_KINDS``):
 * ``node_lost`` -- a node stopped answering (``unreachable for N polls``) or its supervisor and trainer are
   gone (``trainer vanished``): a reboot, a network cut, a dead host.
 * ``trainer_signal`` -- a trainer process was killed by a signal: the trainer's exit status is negative or
-  128+N, or torchrun reports a rank's ``exitcode : -N`` / ``Signal N (SIGx) received``.
+  128+N, or torchrun's report (the agent's ``rank_exits``) shows a rank's ``exitcode : -N``. A rank that
+  torchrun itself stopped with SIGTERM after a sibling failed by itself (exit status > 0) is not one: every
+  rank of a bad job raises, and torchrun stops those that have not raised yet (:func:`outside_signals`).
 * ``gpu_error`` -- the node's GPU telemetry saw a GPU break (``gpu_fault``: an uncorrectable ECC count above
   the baseline's, a GPU gone), or the trainer log shows a GPU or collective error (``HIP error``, ``CUDA
   error``, ``hipError*``, ``NCCL``/``RCCL error``, an ECC error).
@@ -28,6 +30,7 @@ in ``retry_on``): the same input fails the same way.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -114,9 +117,25 @@ def _node_kind(node: Mapping[str, Any]) -> str | None:  # noqa: PLR0911 - one re
     if _OOM_RE.search(text):
         return "oom"
     rc = node.get("rc")
-    if (isinstance(rc, int) and _signalled(rc)) or _SIGNAL_RE.search(text):
+    if isinstance(rc, int) and _signalled(rc):
         return "trainer_signal"
-    return "trainer_error"
+    exits = node.get("rank_exits")
+    if isinstance(exits, list) and exits:  # torchrun's report: the rank exits decide, not its lines
+        return "trainer_signal" if outside_signals(exits) else "trainer_error"
+    return "trainer_signal" if _SIGNAL_RE.search(text) else "trainer_error"
+
+
+def outside_signals(exits: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Return the signals that killed ranks from outside, from torchrun's report (``rank_exits``: each failed
+    rank's ``exitcode``, -N for signal N).
+
+    When a rank fails, torchrun stops the node's other ranks with SIGTERM: with a rank that exited by itself
+    (exit status > 0) in the report, its SIGTERMs are torchrun's. Any other signal (SIGKILL of the OOM killer,
+    SIGSEGV, SIGBUS, SIGABRT), or a SIGTERM with no rank failing by itself, came from outside the job.
+    """
+    codes = [int(e.get("exitcode") or 0) for e in exits]
+    by_itself = any(code > 0 for code in codes)
+    return [-code for code in codes if code < 0 and not (by_itself and -code == signal.SIGTERM)]
 
 
 def _signalled(rc: int) -> bool:

@@ -4,6 +4,7 @@ and report, and the engine's attempt loop in-process against a test double of th
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ from launcher.metrics import summarize
 from launcher.recovery import Failure, classify, decide
 from launcher.report import attempt_lines
 from launcher.runner import PlaybookResult
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "python" / "launcher" / "data"))
+import mift_agent  # the agent is a script: importable once its folder is on the path
 
 # torchrun's report of a rank killed by SIGKILL (the lines the agent reports as failure_lines)
 KILLED = ["exitcode  : -9 (pid: 4242)", "traceback : Signal 9 (SIGKILL) received by PID 4242"]
@@ -39,6 +43,64 @@ def test_a_rank_killed_on_host2_is_trainer_signal_on_host2_even_when_host1_is_na
     failure = classify("host1: trainer exited rc=1", nodes)
     assert (failure.kind, failure.host) == ("trainer_signal", "host2")
     assert "host1: trainer exited rc=1" in failure.reason
+
+
+# --- torchrun's reports, captured (tests/fixtures/torchrun/README.md) ------------------------------------
+
+REPORTS = Path(__file__).parents[1] / "fixtures" / "torchrun"
+
+
+def _failed_node(name: str) -> dict[str, Any]:
+    """One node's status as the agent reports it from a captured trainer.log (llamafactory-cli exits 1)."""
+    return {"state": "failed", "rc": 1, **mift_agent._log_facts(REPORTS / name)}
+
+
+@pytest.mark.parametrize(
+    ("name", "exits"),
+    [
+        ("config-error.node0.log", [(0, -15), (1, 1)]),
+        ("config-error.node1.log", [(2, 1), (3, 1)]),
+        ("rank-killed.node0.log", [(0, 1), (1, -15)]),
+        ("rank-killed.node1.log", [(2, -15), (3, -9)]),
+    ],
+)
+def test_the_agent_reads_each_failed_ranks_exit_from_torchruns_report(
+    name: str, exits: list[tuple[int, int]]
+):
+    assert [(e["rank"], e["exitcode"]) for e in _failed_node(name)["rank_exits"]] == exits
+
+
+@pytest.mark.parametrize("named", ["host1", "host2"])
+def test_every_rank_failing_by_itself_is_trainer_error_though_torchrun_sigtermed_a_sibling(named: str):
+    """The CI failure of stop 34: node 0's report held torchrun's SIGTERM of a sibling (2 runs in 5)."""
+    nodes = {"host1": _failed_node("config-error.node0.log"), "host2": _failed_node("config-error.node1.log")}
+    assert "Signal 15 (SIGTERM) received" in "\n".join(nodes["host1"]["failure_lines"])
+    failure = classify(f"{named}: trainer exited rc=1", nodes)
+    assert failure.kind == "trainer_error", failure
+    assert not decide(RecoveryPolicy(), [], failure).retry
+
+
+@pytest.mark.parametrize("named", ["host1", "host2"])
+def test_a_rank_killed_from_outside_is_trainer_signal_on_its_node_whichever_node_is_named(named: str):
+    nodes = {"host1": _failed_node("rank-killed.node0.log"), "host2": _failed_node("rank-killed.node1.log")}
+    failure = classify(f"{named}: trainer exited rc=1", nodes)
+    assert (failure.kind, failure.host) == ("trainer_signal", "host2"), failure
+    assert decide(RecoveryPolicy(), [], failure).retry
+
+
+@pytest.mark.parametrize(
+    ("codes", "outside"),
+    [
+        ([1, -15], []),  # torchrun stopped the sibling of a rank that failed by itself
+        ([-15, -15], [15, 15]),  # every rank SIGTERMed: from outside (no rank failed by itself)
+        ([-9, -15], [9, 15]),  # the OOM killer, then torchrun: no rank failed by itself
+        ([1, -9], [9]),  # a sibling's gloo error raced torchrun's noticing the SIGKILL
+        ([1, -6], [6]),  # an abort is never torchrun's
+    ],
+)
+def test_outside_signals(codes: list[int], outside: list[int]):
+    exits = [{"rank": rank, "exitcode": code} for rank, code in enumerate(codes)]
+    assert recovery.outside_signals(exits) == outside
 
 
 @pytest.mark.parametrize(

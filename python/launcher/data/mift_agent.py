@@ -95,6 +95,13 @@ FAILURE_RE = re.compile(
     r"cudaError|NCCL error|RCCL error|ECC error|GPU Hang|stalled"
 )
 FAILURE_LINES = 12
+# torchrun's failure report (``<entrypoint> FAILED``): each failed rank's global rank and exit status
+# (negative: the signal that killed it). After one rank fails, torchrun stops its siblings with SIGTERM, and
+# they appear there as ``exitcode : -15``: the launcher's recovery tells them from a rank killed from outside
+REPORT_START = "\nFailures:\n"
+REPORT_RANK_RE = re.compile(
+    r"^\s*rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE
+)
 
 
 def _now() -> float:
@@ -697,6 +704,16 @@ def _last_jsonl(path: Path) -> dict[str, Any]:
     return last
 
 
+def rank_exits(text: str) -> list[dict[str, int]]:
+    """Return each failed rank's exit status from the last torchrun failure report in ``text``, by rank
+    (``[]`` when there is none: the trainer still runs, ended well, or torchrun itself was killed)."""
+    start = text.rfind(REPORT_START)
+    if start < 0:
+        return []
+    found = {int(m.group(1)): int(m.group(2)) for m in REPORT_RANK_RE.finditer(text, start)}
+    return [{"rank": rank, "exitcode": code} for rank, code in sorted(found.items())]
+
+
 def _log_facts(log: Path, offset: int = 0) -> dict[str, Any]:
     """Return what the trainer log says: ranks that joined, world size, a teardown abort, how it failed, the
     last lines; ``offset``: where the current start's output begins (earlier starts are not judged)."""
@@ -710,6 +727,7 @@ def _log_facts(log: Path, offset: int = 0) -> dict[str, Any]:
             "world_size": None,
             "teardown_abort": False,
             "failure_lines": [],
+            "rank_exits": [],
             "log_tail": "",
         }
     joined = sorted({int(m.group(1)) for m in JOINED_RE.finditer(text)})
@@ -720,6 +738,7 @@ def _log_facts(log: Path, offset: int = 0) -> dict[str, Any]:
         "world_size": sizes[-1] if sizes else None,
         "teardown_abort": TEARDOWN_ABORT in text,
         "failure_lines": failures[-FAILURE_LINES:],
+        "rank_exits": rank_exits(text),
         "log_tail": "\n".join(text[-LOG_TAIL_BYTES:].splitlines()[-8:]),
     }
 

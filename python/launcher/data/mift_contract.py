@@ -78,6 +78,9 @@ class NodeStatus(TypedDict, total=False):
     world_size: int | None
     teardown_abort: bool
     failure_lines: list[str]  # how the trainer failed (signal, OOM, GPU errors), for the launcher's recovery
+    rank_exits: list[
+        dict[str, int]
+    ]  # torchrun's report: each failed rank's "rank" and "exitcode" (-N: signal)
     log_tail: str
     gpu: dict[str, Any] | None  # mift_gpu.summary of the latest GPU sample
     telemetry_warning: str | None  # the GPU tool failed or hung (printed once by the launcher)
