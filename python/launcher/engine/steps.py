@@ -418,12 +418,19 @@ def _failure_of(
         stall = run.load().get("stall") or {}
         return stall_failure(verdict.reason, [str(h) for h in stall.get("lagging") or []]), nodes
     failure = classify(verdict.reason, nodes)
-    if failure.kind not in spec.recovery.retry_on and _running(nodes):
+    for _ in range(SETTLE_POLLS):
+        if failure.kind in spec.recovery.retry_on or not _running(nodes):
+            break
         # the cause may not have reached every node's state yet (a rank killed on host2 makes host1's
-        # rank fail first): one more poll before judging what failed
+        # rank fail first; host2's torchrun ends a moment later): poll again before judging what failed
         nodes = _settled(job, nodes, spec.poll_interval_s, interrupted)
         failure = classify(verdict.reason, nodes)
     return failure, nodes
+
+
+# polls, at most, for the nodes still running after one failed to end (their ranks fail within seconds when a
+# peer is gone; a node whose ranks hang in a collective is judged as it is then)
+SETTLE_POLLS = 3
 
 
 def _running(nodes: dict[str, dict[str, Any]]) -> bool:
