@@ -428,7 +428,8 @@ class FlakyNodesDouble:
     on_stop: Any = None
     polls = 0
     slow_cause = 0  # polls after host1's failure before host2's reaches its state
-    first_fault = "signal"  # how the first attempt fails: "signal", "gpu" (telemetry's fault), "stall", "oom"
+    # how the first attempt fails: "signal", "gpu" (telemetry's fault), "stall", "oom"; "oom_always": each
+    first_fault = "signal"
     shipped_all: list[dict[str, Any]]  # every launch's bundles (host -> bundle), in order
 
     def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
@@ -462,7 +463,9 @@ class FlakyNodesDouble:
                 nodes = {"host1": PEER_GONE, "host2": {"state": "running"}}
             elif FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "stall":
                 nodes = {"host1": {"state": "running"}, "host2": {"state": "running"}}  # no step, ever
-            elif FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "oom":
+            elif FlakyNodesDouble.first_fault == "oom_always" or (
+                FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "oom"
+            ):
                 nodes = {"host1": OUT_OF_MEMORY, "host2": PEER_GONE}
             elif FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "gpu":
                 broken = {"state": "failed", "rc": -15, "gpu_fault": "GPU 3: uncorrectable ECC errors rose"}
@@ -710,3 +713,39 @@ def test_out_of_memory_with_a_fixed_plan_ends_the_run_with_one_attempt(lab, monk
         in out
     )
     assert FlakyNodesDouble.launches == 1
+
+
+def test_out_of_memory_every_time_shrinks_the_plan_until_nothing_fits_then_stops_with_the_numbers(
+    lab,  # noqa: F811
+    monkeypatch,
+    capsys,
+):
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.first_fault, FlakyNodesDouble.shipped_all = "oom_always", []
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _auto_job(lab, "oomall", poll_interval_s=0.5, recovery={"backoff_s": 0, "max_restarts": 10})
+    try:
+        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+    finally:
+        FlakyNodesDouble.first_fault = "signal"
+    out = capsys.readouterr().out
+    record = json.loads(next((lab / "runs").glob("oomall-*/record.json")).read_text())
+    plans = [a["plan"] for a in record["attempts"]]
+    print("\n".join(attempt_lines(record)))
+    assert record["status"] == "failed" and len(plans) == FlakyNodesDouble.launches >= 2
+    assert [round(p["margin"], 2) for p in plans] == [round(0.1 * (i + 1), 2) for i in range(len(plans))]
+    assert {p["global_batch"] for p in plans} == {8}
+    assert len({(p["micro_batch"], p["gradient_checkpointing"]) for p in plans}) == len(plans)  # each another
+    last = record["attempts"][-1]["decision"]
+    print(last)
+    assert last.startswith(
+        "not retried: out of memory with no DeepSpeed (DDP), micro-batch 1 x accumulation 4"
+    )
+    # the nodes report no GPU memory: the planner's default (MI300X, 191.98 GiB)
+    assert (
+        "GiB per GPU of 192.0 GiB); no plan at global batch 8 needs less GPU memory with the same checkpoint "
+        "layout (none)" in last
+    )
+    assert [ln for ln in out.splitlines() if ln.startswith(f"attempt {len(plans)} failed")] == [
+        f"attempt {len(plans)} failed (oom on host1): {last}"
+    ]
