@@ -60,6 +60,8 @@ class RecoveryPolicy(_Strict):
     backoff_s: Annotated[float, Field(ge=0, le=3600)] = recovery.DEFAULT_BACKOFF_S
     # the same failure (kind and node) this many times in a row ends the run
     same_failure_limit: Annotated[int, Field(ge=2, le=100)] = recovery.DEFAULT_SAME_FAILURE_LIMIT
+    # out of memory under plan: auto/probe: the next attempt runs the next plan that fits with a larger margin
+    replan_oom: bool = recovery.DEFAULT_REPLAN_OOM
 
     @field_validator("retry_on")
     @classmethod
@@ -67,6 +69,8 @@ class RecoveryPolicy(_Strict):
         for kind in value:
             if kind in recovery.NEVER_RETRIED:
                 raise ValueError(f"{kind}: {recovery.NEVER_RETRIED[kind]} is never retried")
+            if kind in recovery.NOT_IN_RETRY_ON:
+                raise ValueError(f"{kind}: {recovery.NOT_IN_RETRY_ON[kind]}")
             if kind not in recovery.FAILURE_KINDS:
                 near = difflib.get_close_matches(kind, list(recovery.FAILURE_KINDS), n=1, cutoff=0.5)
                 hint = f"; did you mean {near[0]!r}?" if near else ""
@@ -77,8 +81,8 @@ class RecoveryPolicy(_Strict):
 
     @property
     def enabled(self) -> bool:
-        """True when a failure may be retried at all."""
-        return self.max_restarts > 0 and bool(self.retry_on)
+        """True when a failure may be retried at all (re-planning after out of memory is a retry)."""
+        return self.max_restarts > 0 and (bool(self.retry_on) or self.replan_oom)
 
 
 class Telemetry(_Strict):

@@ -17,7 +17,10 @@ Failure kinds (``FAILURE_KINDS``):
   the baseline's, a GPU gone), or the trainer log shows a GPU or collective error (``HIP error``, ``CUDA
   error``, ``hipError*``, ``NCCL``/``RCCL error``, an ECC error).
 * ``stall`` -- the progress watchdog ended the attempt ``stalled`` (:func:`stall_failure`).
-* ``oom`` -- out of memory: never retried as is (the same plan would run out again).
+* ``oom`` -- out of memory: never retried as is (the same plan would run out again). With ``plan: auto`` (or
+  ``probe``) and ``recovery.replan_oom`` (default on) the next attempt runs the next plan that fits with a
+  larger margin (``launcher.planning.training.replan_after_oom``, done by the engine); ``oom`` cannot be named
+  in ``retry_on``.
 * ``trainer_error`` -- the trainer exited non-zero by itself (a Python error: a bug, a bad path).
 * ``start_failed`` -- the launch playbook failed on a node.
 * ``incomplete_output`` -- every trainer ended but the first node's output_dir lacks the results.
@@ -59,6 +62,18 @@ DEFAULT_MAX_RESTARTS = 3
 DEFAULT_RETRY_ON: tuple[str, ...] = ("node_lost", "trainer_signal", "stall", "gpu_error")
 DEFAULT_BACKOFF_S = 30.0
 DEFAULT_SAME_FAILURE_LIMIT = 2
+# an out-of-memory failure of a plan the launcher chose (plan: auto/probe) is re-planned with a larger margin:
+# a long run should not end because the planner's estimate was low when a smaller split of the same batch fits
+DEFAULT_REPLAN_OOM = True
+# a kind that retry_on cannot name, and why (the job spec refuses it in one line)
+NOT_IN_RETRY_ON: dict[str, str] = {
+    "oom": "out of memory is never retried as is (the same plan runs out again); with plan: auto, "
+    "recovery.replan_oom (default true) re-plans it with a larger margin",
+}
+FIXED_PLAN_OOM = (
+    "out of memory: a fixed plan (plan: as_written) would run out again; set plan: auto in the job spec to "
+    "let the launcher re-plan with a larger margin (recovery.replan_oom)"
+)
 
 # priority when several nodes failed in one poll: the cause before its consequences (a rank killed on one
 # node makes the ranks of the others fail with a collective error)
@@ -193,19 +208,26 @@ class PolicyLike(Protocol):
     def backoff_s(self) -> float: ...
     @property
     def same_failure_limit(self) -> int: ...
+    @property
+    def replan_oom(self) -> bool: ...
 
 
-def decide(policy: PolicyLike, earlier: Sequence[Failure], failure: Failure) -> Decision:
+def decide(
+    policy: PolicyLike, earlier: Sequence[Failure], failure: Failure, *, replan: bool = False
+) -> Decision:
     """Decide whether the run gets another attempt after ``failure``.
 
     Args:
         policy: the job spec's recovery policy.
         earlier: the failures of the attempts before this one, oldest first.
         failure: this attempt's failure.
+        replan: the launcher chose the job's plan (``plan: auto`` or ``probe``), so it can choose another.
     """
     restarts = len(earlier)
     if failure.kind in NEVER_RETRIED:
         return Decision(False, f"not retried: {NEVER_RETRIED[failure.kind]} is never retried")
+    if failure.kind == "oom":
+        return _decide_oom(policy, restarts, replan=replan)
     if failure.kind not in policy.retry_on:
         listed = ", ".join(policy.retry_on) or "nothing"
         return Decision(False, f"not retried: {failure.kind} is not in recovery.retry_on ({listed})")
@@ -229,5 +251,25 @@ def decide(policy: PolicyLike, earlier: Sequence[Failure], failure: Failure) -> 
         True,
         f"retrying: {failure.kind} is in recovery.retry_on; restart {restarts + 1} of {policy.max_restarts} "
         f"in {policy.backoff_s:g} s",
+        policy.backoff_s,
+    )
+
+
+def _decide_oom(policy: PolicyLike, restarts: int, *, replan: bool) -> Decision:
+    """Out of memory: never the same plan again. Each re-planned attempt runs another plan, so the
+    same-failure rule does not apply; the retry budget does, and the engine ends the run when nothing smaller
+    fits."""
+    if not replan:
+        return Decision(False, f"not retried: {FIXED_PLAN_OOM}")
+    if not policy.replan_oom:
+        return Decision(False, "not retried: out of memory, and recovery.replan_oom is false")
+    if restarts >= policy.max_restarts:
+        return Decision(
+            False, f"not retried: the retry budget is used up ({restarts} of {policy.max_restarts} restarts)"
+        )
+    return Decision(
+        True,
+        f"re-planning: out of memory under plan: auto, the next plan that fits with a larger margin; "
+        f"restart {restarts + 1} of {policy.max_restarts} in {policy.backoff_s:g} s",
         policy.backoff_s,
     )

@@ -144,9 +144,22 @@ def attempt_lines(record: dict[str, Any]) -> list[str]:
         decision = f" -> {a['decision']}" if a.get("decision") else ""
         lines.append(
             f"  attempt {a.get('attempt')}  {a.get('state')}  {start}-{stop}  nodes "
-            f"{','.join(a.get('hosts') or []) or '-'}  {frm}{why}{decision}"
+            f"{','.join(a.get('hosts') or []) or '-'}  {frm}{_plan_words(a.get('plan'))}{why}{decision}"
         )
     return lines
+
+
+def _plan_words(plan: object) -> str:
+    """Return an attempt's plan (``plan: auto``) in words, '' without one."""
+    if not isinstance(plan, dict):
+        return ""
+    margin = plan.get("margin")
+    words = (
+        f"  [plan {plan.get('strategy')}, micro-batch {plan.get('micro_batch')} x accumulation "
+        f"{plan.get('gradient_accumulation_steps')}, checkpointing "
+        f"{'on' if plan.get('gradient_checkpointing') else 'off'}, offload {plan.get('offload')}"
+    )
+    return words + (f", margin {margin:.0%}]" if isinstance(margin, int | float) else "]")
 
 
 def _clock(t: object) -> str:

@@ -26,6 +26,12 @@ import mift_agent  # the agent is a script: importable once its folder is on the
 
 # torchrun's report of a rank killed by SIGKILL (the lines the agent reports as failure_lines)
 KILLED = ["exitcode  : -9 (pid: 4242)", "traceback : Signal 9 (SIGKILL) received by PID 4242"]
+# a rank out of GPU memory (ROCm's torch; the agent reports the trainer log's failure lines)
+OUT_OF_MEMORY = {
+    "state": "failed",
+    "rc": 1,
+    "failure_lines": ["torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB."],
+}
 # what the surviving rank's node says when its peer is gone: a collective error, exit status 1
 PEER_GONE = {
     "state": "failed",
@@ -190,11 +196,47 @@ def test_a_killed_trainer_is_retried_after_the_backoff():
     assert decision.why == "retrying: trainer_signal is in recovery.retry_on; restart 1 of 3 in 30 s"
 
 
-@pytest.mark.parametrize("kind", ["trainer_error", "oom", "start_failed", "incomplete_output", "timeout"])
+@pytest.mark.parametrize("kind", ["trainer_error", "start_failed", "incomplete_output", "timeout"])
 def test_what_the_job_itself_does_wrong_is_not_retried_by_default(kind: str):
     decision = decide(POLICY, [], Failure(kind, "host1", "x"))
     assert not decision.retry
     assert decision.why.startswith(f"not retried: {kind} is not in recovery.retry_on")
+
+
+OOM = Failure("oom", "host1", "host1: trainer exited rc=1")
+
+
+def test_out_of_memory_with_a_fixed_plan_is_not_retried_and_the_line_says_how_to_let_the_launcher_re_plan():
+    """oom was in the list above ("not in recovery.retry_on") before item 6: its line now says why and how."""
+    decision = decide(POLICY, [], OOM)
+    assert not decision.retry
+    assert decision.why == (
+        "not retried: out of memory: a fixed plan (plan: as_written) would run out again; set plan: auto in "
+        "the job spec to let the launcher re-plan with a larger margin (recovery.replan_oom)"
+    )
+
+
+def test_out_of_memory_under_plan_auto_is_re_planned_by_default():
+    assert POLICY.replan_oom is recovery.DEFAULT_REPLAN_OOM is True
+    decision = decide(POLICY, [], OOM, replan=True)
+    assert decision.retry and decision.backoff_s == 30.0
+    assert decision.why == (
+        "re-planning: out of memory under plan: auto, the next plan that fits with a larger margin; "
+        "restart 1 of 3 in 30 s"
+    )
+    # each re-planned attempt runs another plan: a second out of memory on the same node is not "the same
+    # failure twice in a row"; the retry budget still bounds it
+    assert decide(POLICY, [OOM], OOM, replan=True).retry
+    used_up = decide(POLICY, [OOM, OOM, OOM], OOM, replan=True)
+    assert not used_up.retry and used_up.why == "not retried: the retry budget is used up (3 of 3 restarts)"
+
+
+def test_replan_oom_false_and_max_restarts_zero_switch_the_re_plan_off():
+    off = decide(RecoveryPolicy(replan_oom=False), [], OOM, replan=True)
+    assert not off.retry and off.why == "not retried: out of memory, and recovery.replan_oom is false"
+    assert not decide(RecoveryPolicy(max_restarts=0), [], OOM, replan=True).retry
+    assert RecoveryPolicy(retry_on=(), replan_oom=True).enabled  # re-planning alone is a policy that retries
+    assert not RecoveryPolicy(retry_on=(), replan_oom=False).enabled
 
 
 @pytest.mark.parametrize("kind", ["config_error", "preflight"])
@@ -259,6 +301,12 @@ def test_job_spec_accepts_a_policy(tmp_path: Path):
             "recovery.retry_on",
             "preflight: a validation or preflight failure is never",
         ),
+        (
+            {"retry_on": ["oom"]},
+            "recovery.retry_on",
+            "oom: out of memory is never retried as is (the same plan runs out again); with plan: auto, "
+            "recovery.replan_oom (default true) re-plans it",
+        ),
         ({"max_restarts": -1}, "recovery.max_restarts", "greater than or equal to 0"),
         ({"same_failure_limit": 1}, "recovery.same_failure_limit", "greater than or equal to 2"),
         ({"max_restart": 2}, "recovery.max_restart", "unknown key; did you mean 'max_restarts'?"),
@@ -313,6 +361,42 @@ def test_attempt_lines_list_every_attempt():
     assert attempt_lines({"attempts": [{"attempt": 1, "state": "succeeded"}]}) == []
 
 
+def test_attempt_lines_show_each_attempts_plan_under_plan_auto():
+    plans = [
+        {
+            "strategy": "zero3",
+            "micro_batch": 4,
+            "gradient_accumulation_steps": 2,
+            "gradient_checkpointing": False,
+            "offload": "none",
+            "margin": 0.1,
+            "global_batch": 16,
+        },
+        {
+            "strategy": "zero3_offload_opt",
+            "micro_batch": 2,
+            "gradient_accumulation_steps": 4,
+            "gradient_checkpointing": True,
+            "offload": "optimizer",
+            "margin": 0.2,
+            "global_batch": 16,
+        },
+    ]
+    record = {
+        **RECORD,
+        "attempts": [{**a, "plan": p} for a, p in zip(RECORD["attempts"], plans, strict=True)],
+    }
+    first, second = attempt_lines(record)
+    assert (
+        "from step 0  [plan zero3, micro-batch 4 x accumulation 2, checkpointing off, offload none, "
+        "margin 10%] trainer_signal: host2" in first
+    )
+    assert second.endswith(
+        "from checkpoint-4  [plan zero3_offload_opt, micro-batch 2 x accumulation 4, checkpointing on, "
+        "offload optimizer, margin 20%]"
+    )
+
+
 def test_list_shows_the_attempts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
@@ -344,7 +428,9 @@ class FlakyNodesDouble:
     on_stop: Any = None
     polls = 0
     slow_cause = 0  # polls after host1's failure before host2's reaches its state
-    first_fault = "signal"  # how the first attempt fails: "signal", "gpu" (telemetry's fault), "stall"
+    # how the first attempt fails: "signal", "gpu" (telemetry's fault), "stall", "oom"; "oom_always": each
+    first_fault = "signal"
+    shipped_all: list[dict[str, Any]]  # every launch's bundles (host -> bundle), in order
 
     def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
         self.cancel_requested = threading.Event()
@@ -365,6 +451,10 @@ class FlakyNodesDouble:
             FlakyNodesDouble.launches += 1
             files = Path(extravars["mift_files_dir"])
             FlakyNodesDouble.shipped = {h: json.loads((files / h / "bundle.json").read_text()) for h in HOSTS}
+            FlakyNodesDouble.shipped_all = [
+                *getattr(FlakyNodesDouble, "shipped_all", []),
+                FlakyNodesDouble.shipped,
+            ]
             result.reports = {h: {"start": {"ok": True, "state": "running"}} for h in HOSTS}
         elif playbook == "poll":
             FlakyNodesDouble.polls += 1
@@ -373,6 +463,10 @@ class FlakyNodesDouble:
                 nodes = {"host1": PEER_GONE, "host2": {"state": "running"}}
             elif FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "stall":
                 nodes = {"host1": {"state": "running"}, "host2": {"state": "running"}}  # no step, ever
+            elif FlakyNodesDouble.first_fault == "oom_always" or (
+                FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "oom"
+            ):
+                nodes = {"host1": OUT_OF_MEMORY, "host2": PEER_GONE}
             elif FlakyNodesDouble.launches == 1 and FlakyNodesDouble.first_fault == "gpu":
                 broken = {"state": "failed", "rc": -15, "gpu_fault": "GPU 3: uncorrectable ECC errors rose"}
                 nodes = {"host1": {"state": "running"}, "host2": broken}
@@ -518,3 +612,140 @@ def test_a_stall_not_retried_ends_the_run_stalled(lab, monkeypatch, capsys):  # 
     assert record["status"] == "stalled" and len(record["attempts"]) == 1, record["attempts"]
     assert "not retried: stall is not in recovery.retry_on (node_lost)" in out
     assert FlakyNodesDouble.launches == 1
+
+
+# --- out of memory (issue 28 item 6) ------------------------------------------------------------------------
+
+
+def _auto_job(lab: Path, name: str, **extra: Any) -> Path:  # noqa: F811 - the lab fixture's folder
+    """A plan: auto job: the tiny YAML at accumulation 4 (global batch 8 on 2 x 1 GPU), planned with an 8B
+    shape (plan_model_config: the tiny model is a node path)."""
+    import yaml  # noqa: PLC0415
+
+    train = yaml.safe_load((lab / "configs" / "train" / "plain.yaml").read_text())
+    train.update(per_device_train_batch_size=1, gradient_accumulation_steps=4)
+    (lab / "configs" / "train" / "ga4.yaml").write_text(yaml.safe_dump(train))
+    model = lab / "configs" / "jobs" / "model"
+    model.mkdir(exist_ok=True)
+    shape = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 4004,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": False,
+    }
+    (model / "config.json").write_text(json.dumps(shape))
+    return _job(lab, name, "ga4.yaml", plan="auto", plan_model_config="model", **extra)
+
+
+def _split(bundle: dict[str, Any]) -> tuple[int, int, bool]:
+    import yaml  # noqa: PLC0415
+
+    train = yaml.safe_load(bundle["files"]["train.yaml"])
+    return (
+        train["per_device_train_batch_size"],
+        train["gradient_accumulation_steps"],
+        bool(train["disable_gradient_checkpointing"]),
+    )
+
+
+def test_out_of_memory_under_plan_auto_ships_a_smaller_plan_at_the_same_global_batch(
+    lab,  # noqa: F811
+    monkeypatch,
+    capsys,
+):
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.first_fault, FlakyNodesDouble.shipped_all = "oom", []
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _auto_job(lab, "oomauto", poll_interval_s=0.5, recovery={"backoff_s": 0})
+    try:
+        rc = cli(["run", str(job), "-i", str(lab / "hosts.ini")])
+    finally:
+        FlakyNodesDouble.first_fault = "signal"
+    out = capsys.readouterr().out
+    print(out)
+    assert rc == 0, out
+    record = json.loads(next((lab / "runs").glob("oomauto-*/record.json")).read_text())
+    first, second = record["attempts"]
+    assert (first["state"], first["kind"], first["failed_host"]) == ("failed", "oom", "host1")
+    assert first["decision"].startswith("re-planning: out of memory under plan: auto")
+    assert (second["state"], second["resume_step"]) == ("succeeded", 4)
+    # each attempt's record holds the plan it ran: a smaller split, the same global batch, a larger margin
+    print(json.dumps([first["plan"], second["plan"]], indent=1))
+    assert first["plan"]["global_batch"] == second["plan"]["global_batch"] == 8
+    assert (first["plan"]["margin"], second["plan"]["margin"]) == (0.1, 0.2)
+    assert first["plan"] != second["plan"]
+    # what was shipped: another micro-batch x accumulation (or checkpointing), the same product x 2 GPUs
+    shipped = [_split(bundles["host1"]) for bundles in FlakyNodesDouble.shipped_all]
+    assert len(shipped) == 2 and shipped[0] != shipped[1], shipped
+    assert [micro * accumulation * 2 for micro, accumulation, _ in shipped] == [8, 8]
+    assert [
+        (p["micro_batch"], p["gradient_accumulation_steps"]) for p in (first["plan"], second["plan"])
+    ] == [s[:2] for s in shipped]
+    second_yaml = FlakyNodesDouble.shipped_all[1]["host1"]["files"]["train.yaml"]
+    assert "resume_from_checkpoint: output/checkpoint-4" in second_yaml
+    assert "attempt 1 failed (oom on host1): re-planning: out of memory under plan: auto" in out
+    assert "re-planned after out of memory: " in out and "(global batch 8, margin 20%; was " in out
+    assert "margin 10%]" in out and "margin 20%]" in out  # the final report's attempt lines
+
+
+def test_out_of_memory_with_a_fixed_plan_ends_the_run_with_one_attempt(lab, monkeypatch, capsys):  # noqa: F811
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.first_fault = "oom"
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _job(lab, "oomfixed", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
+    try:
+        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+    finally:
+        FlakyNodesDouble.first_fault = "signal"
+    out = capsys.readouterr().out
+    record = json.loads(next((lab / "runs").glob("oomfixed-*/record.json")).read_text())
+    assert record["status"] == "failed" and len(record["attempts"]) == 1
+    assert "plan" not in record["attempts"][0]
+    assert (
+        "attempt 1 failed (oom on host1): not retried: out of memory: a fixed plan (plan: as_written) would "
+        "run out again; set plan: auto in the job spec to let the launcher re-plan with a larger margin"
+        in out
+    )
+    assert FlakyNodesDouble.launches == 1
+
+
+def test_out_of_memory_every_time_shrinks_the_plan_until_nothing_fits_then_stops_with_the_numbers(
+    lab,  # noqa: F811
+    monkeypatch,
+    capsys,
+):
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+    FlakyNodesDouble.first_fault, FlakyNodesDouble.shipped_all = "oom_always", []
+    _patch_runner(monkeypatch, FlakyNodesDouble)
+    job = _auto_job(lab, "oomall", poll_interval_s=0.5, recovery={"backoff_s": 0, "max_restarts": 10})
+    try:
+        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+    finally:
+        FlakyNodesDouble.first_fault = "signal"
+    out = capsys.readouterr().out
+    record = json.loads(next((lab / "runs").glob("oomall-*/record.json")).read_text())
+    plans = [a["plan"] for a in record["attempts"]]
+    print("\n".join(attempt_lines(record)))
+    assert record["status"] == "failed" and len(plans) == FlakyNodesDouble.launches >= 2
+    assert [round(p["margin"], 2) for p in plans] == [round(0.1 * (i + 1), 2) for i in range(len(plans))]
+    assert {p["global_batch"] for p in plans} == {8}
+    assert len({(p["micro_batch"], p["gradient_checkpointing"]) for p in plans}) == len(plans)  # each another
+    last = record["attempts"][-1]["decision"]
+    print(last)
+    assert last.startswith(
+        "not retried: out of memory with no DeepSpeed (DDP), micro-batch 1 x accumulation 4"
+    )
+    # the nodes report no GPU memory: the planner's default (MI300X, 191.98 GiB)
+    assert (
+        "GiB per GPU of 192.0 GiB); no plan at global batch 8 needs less GPU memory with the same checkpoint "
+        "layout (none)" in last
+    )
+    assert [ln for ln in out.splitlines() if ln.startswith(f"attempt {len(plans)} failed")] == [
+        f"attempt {len(plans)} failed (oom on host1): {last}"
+    ]

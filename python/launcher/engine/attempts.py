@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from launcher.engine.plan import RunPlan
+    from launcher.planning.training import TrainingPlan
     from launcher.recovery import Decision, Failure
     from launcher.runs import RunDir
 
@@ -35,8 +36,29 @@ def begin(run: RunDir, number: int, started_at: float) -> None:
 
 
 def planned(run: RunDir, plan: RunPlan) -> None:
-    """Record the current attempt's nodes and resume step (its plan is built)."""
-    _update_last(run, hosts=list(plan.hosts), resume_step=resume_step(plan), state="running")
+    """Record the current attempt's nodes, resume step and, with ``plan: auto``, the plan it runs."""
+    fields: dict[str, Any] = {"hosts": list(plan.hosts), "resume_step": resume_step(plan), "state": "running"}
+    if plan.training is not None:
+        fields["plan"] = plan_brief(plan.training)
+    _update_last(run, **fields)
+
+
+def plan_brief(training: TrainingPlan) -> dict[str, Any]:
+    """Return what an attempt's record keeps of its training plan (``plan: auto``): the split, the offload
+    and the margin it was chosen with, so that a re-planned attempt shows what changed."""
+    choice = training.choice
+    assert choice is not None  # auto_plan and the re-plan after out of memory refuse a plan without one
+    strategy = choice.strategy
+    offload = "optimizer and parameters" if strategy.offload_params else "optimizer"
+    return {
+        "strategy": strategy.value,
+        "micro_batch": choice.split.micro_batch,
+        "gradient_accumulation_steps": choice.split.accumulation,
+        "gradient_checkpointing": choice.split.checkpointing,
+        "offload": offload if strategy.offload_optimizer else "none",
+        "margin": round(training.margin, 4),
+        "global_batch": training.global_batch,
+    }
 
 
 def end(

@@ -149,6 +149,7 @@ def record_of(plan: TrainingPlan | None) -> dict[str, Any]:
     return {
         "mode": "probe" if plan.probe is not None else "auto",
         "global_batch": plan.global_batch,
+        "margin": plan.margin,
         "choice": choice.as_json(),
         "as_written": plan.yaml_best.as_json() if plan.yaml_best else None,
         "yaml_overrides": plan.yaml_overrides(),

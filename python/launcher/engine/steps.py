@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts, NodePath
     from launcher.problems import FileReport
-    from launcher.recovery import Failure
+    from launcher.recovery import Decision, Failure
     from launcher.runner import PlaybookRunner
     from launcher.validation.job import LoadedJob
 
@@ -286,15 +286,17 @@ def _check_recovery(spec: JobSpec, job_path: Path, backend: str, *, detach: bool
     return False
 
 
-def _next_plan(
+def _next_plan(  # noqa: PLR0917 - the attempt loop's state
     run: RunDir,
     runner: PlaybookRunner,
     previous: RunPlan,
     resume: ResumeFrom | None,
     out: IO[str],
+    training: TrainingPlan | None,
 ) -> RunPlan:
-    """Preflight again and plan the next attempt: the same training plan (global batch, split, strategy), the
-    same output_dir, resuming from the last checkpoint complete on every node (none: from step 0, said)."""
+    """Preflight again and plan the next attempt: ``training`` (the same training plan, or the one re-planned
+    after out of memory: the same global batch either way), the same output_dir, resuming from the last
+    checkpoint complete on every node (none: from step 0, said)."""
     from launcher.engine.plan import ResumeFrom, last_common_checkpoint  # noqa: PLC0415
 
     spec = previous.spec
@@ -314,7 +316,7 @@ def _next_plan(
         print(f"resuming from {previous.output_dir}/checkpoint-{step} (complete on every node)", file=out)
     elif resume is None:
         print("no checkpoint complete on every node: the next attempt starts again from step 0", file=out)
-    plan = build_plan(previous.job, facts, run.run_id, source, previous.training)
+    plan = build_plan(previous.job, facts, run.run_id, source, training)
     tokenized = (yaml.safe_load(previous.files[TRAIN_FILE]) or {}).get("tokenized_path")
     if tokenized:  # tokenize once: the nodes keep the tokenized copy the first attempt read
         plan = with_tokenized_path(plan, str(tokenized))
@@ -352,7 +354,8 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
                 merge_after_run(run, plan, runner, train=yaml.safe_load(plan.files[TRAIN_FILE]), out=out)
             return OK if verdict.state == "succeeded" else JOB_FAILED
         failure, nodes = _failure_of(run, job, verdict, nodes, spec=plan.spec, interrupted=interrupted)
-        decision = decide(plan.spec.recovery, earlier, failure)
+        decision = decide(plan.spec.recovery, earlier, failure, replan=plan.training is not None)
+        training, decision = _replanned(plan, failure, decision)
         attempts.end(run, verdict.state, verdict.reason, failure, decision)
         print(
             f"attempt {number} failed ({failure.kind}"
@@ -364,6 +367,12 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
             final = Verdict(verdict.state, f"{failure.reason}; {decision.why}")
             finish(job, final, nodes, out=out, announce=True)
             return JOB_FAILED
+        if training is not plan.training and training is not None:
+            print(
+                f"re-planned after out of memory: {_replan_words(plan.training, training)}",
+                file=out,
+                flush=True,
+            )
         print(f"{verdict.state}: {verdict.reason}; stopping every node ...", file=out, flush=True)
         run.set_status("stopping", verdict.reason)
         job.dump_stacks_on_stop = verdict.state == "stalled"  # as finish() does: the stacks tell who hung
@@ -385,7 +394,7 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
         run.set_status("preflight", f"attempt {number}")
         attempts.begin(run, number, time.time())
         try:
-            plan = _next_plan(run, runner, plan, resume, out)
+            plan = _next_plan(run, runner, plan, resume, out, training)
         except LauncherError as err:
             stopped = interrupted.is_set()
             why = f"attempt {number}: {err}"
@@ -400,6 +409,31 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
                 announce=True,
             )
             return JOB_FAILED
+
+
+def _replanned(plan: RunPlan, failure: Failure, decision: Decision) -> tuple[TrainingPlan | None, Decision]:
+    """Return the next attempt's training plan and the decision. Unless ``plan`` ran out of memory and is
+    retried: its own plan, the decision as it is. After out of memory: the next plan that fits with a larger
+    margin (:func:`launcher.planning.training.replan_after_oom`), else no plan and a decision that ends the
+    run with the memory numbers in one line."""
+    from launcher.planning.training import out_of_memory_line, replan_after_oom  # noqa: PLC0415
+    from launcher.recovery import Decision  # noqa: PLC0415
+
+    if not decision.retry or failure.kind != "oom":
+        return plan.training, decision
+    ran = plan.training
+    assert ran is not None and ran.choice is not None  # decide() re-plans only a plan the launcher chose
+    again = replan_after_oom(ran)
+    if again.choice is None:
+        return None, Decision(False, f"not retried: {out_of_memory_line(ran.choice, again)}")
+    return again, decision
+
+
+def _replan_words(ran: TrainingPlan | None, again: TrainingPlan) -> str:
+    """Return the next plan against the one that ran out, in words (global batch kept)."""
+    assert again.choice is not None
+    was = f"; was {ran.choice.describe()}, margin {ran.margin:.0%}" if ran and ran.choice else ""
+    return f"{again.choice.describe()} (global batch {again.global_batch}, margin {again.margin:.0%}{was})"
 
 
 def _failure_of(

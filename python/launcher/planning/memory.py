@@ -41,6 +41,11 @@ GIB = 1024**3
 # a strategy or split fits when its estimate x (1 + margin) <= capacity: both planners (launcher.plan for
 # as_written, launcher.planning.training for auto) and `plan --margin`'s default
 SAFETY_MARGIN = 0.10
+# after an attempt ran out of GPU memory, a plan: auto run is planned again with the margin raised by this
+# much (per out-of-memory failure): the estimates were within 6% of every measured peak (docs/gpu-results.md),
+# so a plan that ran out met something the model does not hold; one step of 10 points asks for a clearly
+# smaller plan without ruling out every split at once (launcher.planning.training.replan_after_oom)
+OOM_MARGIN_STEP = 0.10
 # CUDA context + loaded kernels + cuBLAS workspace + caching-allocator slack, measured on one H200
 # (torch 2.11, cu130): 3B-shape LoRA without DeepSpeed peaked at 7779 MiB with 5417 MiB of weights,
 # 186 MiB of LoRA state and ~800 MiB of activations (gpu-lab README); the bench confirms it
@@ -117,6 +122,14 @@ class Strategy(Enum):
     def offload_params(self) -> bool:
         """Return True when the bf16 parameters live in host memory between uses."""
         return self is Strategy.ZERO3_OFFLOAD_ALL
+
+    @property
+    def checkpoint_layout(self) -> str:
+        """Return what a checkpoint of this strategy holds: ``none`` (the Trainer's own ``optimizer.pt``),
+        ``zero2`` or ``zero3`` (DeepSpeed's per-rank ZeRO files of that stage). Offload is where the states
+        live while training, not how they are saved: a ZeRO-3 checkpoint resumes with or without it at the
+        same world size; a checkpoint of another stage does not (docs/launcher.md "Recovery")."""
+        return "zero3" if self.zero3 else self.value
 
 
 LABELS = {

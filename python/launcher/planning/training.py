@@ -27,6 +27,7 @@ from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.hardware import MI300X, Accelerator
 from launcher.planning.memory import (
     GIB,
+    OOM_MARGIN_STEP,
     SAFETY_MARGIN,
     SPEED_RANK,
     Cluster,
@@ -326,6 +327,67 @@ def plan_training(
         as_written=Split(workload.micro_batch, accumulation, workload.gradient_checkpointing, workload.liger),
         candidates=tuple(candidates),
         margin=margin,
+    )
+
+
+def replan_after_oom(plan: TrainingPlan, step: float = OOM_MARGIN_STEP) -> TrainingPlan:
+    """Return the plan of the next attempt after ``plan``'s choice ran out of GPU memory.
+
+    The planner runs again on the same inputs (workload, cluster, global batch, the strategies it could
+    choose) with the margin raised by ``step``, over the candidates that need less GPU memory than the one
+    that ran out (by the model: one that needs as much or more would run out too) and keep its checkpoint
+    layout (:attr:`Strategy.checkpoint_layout`: the next attempt resumes from the last checkpoint). Its
+    ``choice`` is None when nothing fits; :func:`out_of_memory_line` says why, with the numbers.
+    """
+    ran_out = plan.choice
+    if ran_out is None:
+        raise ValueError("replan_after_oom: the plan that ran out has no choice")
+    strategies = tuple(dict.fromkeys(c.strategy for c in plan.candidates))
+    again = plan_training(
+        plan.workload,
+        plan.cluster,
+        accumulation=plan.as_written.accumulation,
+        global_batch=plan.global_batch,
+        accelerator=plan.accelerator,
+        strategies=strategies,
+        margin=plan.margin + step,
+        liger=any(c.split.liger for c in plan.candidates),
+    )
+    smaller = tuple(
+        c
+        for c in again.candidates
+        if c.estimate.gpu_total < ran_out.estimate.gpu_total
+        and c.strategy.checkpoint_layout == ran_out.strategy.checkpoint_layout
+    )
+    return replace(again, candidates=smaller)
+
+
+def out_of_memory_line(ran_out: Candidate, replanned: TrainingPlan) -> str:
+    """Return one line with the memory numbers when nothing fits after an out-of-memory failure: what the plan
+    that ran out needed (by the model) against each GPU's memory, and what the smallest plan left needs with
+    the larger margin."""
+    cap, margin = replanned.cluster.gpu_mem_gib, replanned.margin
+    head = (
+        f"out of memory with {ran_out.describe()} (the model said {ran_out.estimate.gpu_total / GIB:.1f} GiB "
+        f"per GPU of {cap:.1f} GiB)"
+    )
+    if not replanned.candidates:
+        return (
+            f"{head}; no plan at global batch {replanned.global_batch} needs less GPU memory with the same "
+            f"checkpoint layout ({ran_out.strategy.checkpoint_layout}): lower cutoff_len, add GPUs or nodes"
+        )
+    smallest = min(replanned.candidates, key=lambda c: c.estimate.gpu_total)
+    need = smallest.estimate.gpu_total / GIB
+    where = f"{need:.1f} GiB per GPU (+{margin:.0%} margin: {need * (1 + margin):.1f}) of {cap:.1f} GiB"
+    if smallest.fits_gpu:  # it fits the GPU: the host's memory is what it lacks
+        host = smallest.estimate.host / GIB
+        where = (
+            f"{host:.1f} GiB per host (+{margin:.0%} margin: {host * (1 + margin):.1f}) of "
+            f"{replanned.cluster.host_mem_gib:.1f} GiB"
+        )
+    return (
+        f"{head}; nothing smaller fits at global batch {replanned.global_batch} with a {margin:.0%} margin: "
+        f"the smallest, {smallest.describe()}, needs {where}"
     )
 
 
