@@ -130,6 +130,7 @@ def follow(
     started = time.monotonic()
     nodes: dict[str, dict[str, Any]] = {}
     telemetry_warnings = WarningOnce()
+    recorded: dict[str, Any] = {}
     while True:
         if interrupted.is_set():
             return Verdict("stopped", "interrupted (Ctrl-C)"), nodes
@@ -146,8 +147,9 @@ def follow(
         for line in [*telemetry_warnings.new_lines(nodes), *lines]:
             print(line, file=view.out, flush=True)
         job.run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
-        if transport is not None:
-            job.run.update(transport=transport.record())
+        if transport is not None and transport.record() != recorded:
+            recorded = transport.record()
+            job.run.update(transport=recorded)
         if verdict.state != "running":
             return verdict, nodes
         stall = watch.observe(nodes, time.monotonic()) if watch is not None else None
