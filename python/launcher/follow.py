@@ -143,6 +143,8 @@ def follow(
         lines, fell_back = transport.observe(nodes) if transport is not None else ([], "")
         if fell_back and verdict.state == "running":
             verdict = Verdict("failed", fell_back)
+        elif fell_back:  # the run ended in this very poll: its verdict stands, the fall-back is still said
+            lines.append(f"warning: {fell_back} (the run had ended: {verdict.state})")
         view.show(job.hosts, nodes, verdict)
         for line in [*telemetry_warnings.new_lines(nodes), *lines]:
             print(line, file=view.out, flush=True)

@@ -8,6 +8,7 @@ of PlaybookRunner (``TransportNodesDouble``).
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import threading
@@ -21,10 +22,13 @@ from test_fabric_env import roce_port_double
 from launcher.exceptions import ConfigurationError
 from launcher.fabric.env import resolve_fabric
 from launcher.fabric.runtime import DEBUG_ENV, TransportCheck, TransportWatch, hidden_by
+from launcher.follow import follow
 from launcher.jobspec import FabricOptions, RecoveryPolicy
 from launcher.main import cli
 from launcher.recovery import classify, decide
 from launcher.runner import PlaybookResult
+from launcher.runs import RunDir
+from launcher.verdict import Verdict
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "python" / "launcher" / "data"))
 import mift_agent  # the agent is a script: importable once its folder is on the path
@@ -317,3 +321,46 @@ def test_engine_an_env_that_hides_the_line_is_not_judged(lab, monkeypatch, capsy
     notes = [line for line in out.splitlines() if "not judged" in line]
     assert len(notes) == 1 and notes[0].startswith("note: fabric: the collectives' transport is not judged")
     assert SOCKET_LINE not in out and record["status"] == "succeeded"
+
+
+# --- the follow loop: a run that ended in the poll that first showed sockets -----------------------------
+
+
+class EndedJobTEST_DOUBLE:  # noqa: N801 - the test-double marker in the name
+    """TEST DOUBLE of launcher.job.Job: one poll, both nodes finished, host2's RCCL said Socket."""
+
+    def __init__(self, run: RunDir) -> None:
+        self.run = run
+        self.hosts = list(HOSTS)
+
+    def poll(self) -> dict[str, dict[str, Any]]:
+        return {
+            "host1": {"state": "finished", "rc": 0, "outputs_complete": True, "net_transport": ["IB"]},
+            "host2": {"state": "finished", "rc": 0, "net_transport": ["Socket"]},
+        }
+
+    def judge(self, nodes: dict[str, dict[str, Any]]) -> Verdict:
+        del nodes
+        return Verdict("succeeded")
+
+
+def test_a_run_that_ended_in_that_poll_keeps_its_verdict_and_still_says_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
+    run = RunDir.create("net-20261205-000000-abcd", {"hosts": list(HOSTS)})
+    out = io.StringIO()
+    verdict, _ = follow(
+        EndedJobTEST_DOUBLE(run),  # type: ignore[arg-type]
+        interrupted=threading.Event(),
+        poll_interval_s=0.5,
+        out=out,
+        transport=TransportWatch(TransportCheck("rdma", "fail")),
+    )
+    assert verdict.state == "succeeded"
+    said = [line for line in out.getvalue().splitlines() if SOCKET_LINE.replace("auto", "rdma") in line]
+    assert said == [
+        f"warning: {SOCKET_LINE.replace('auto', 'rdma')}; fabric.socket_fallback: fail (the run had ended: "
+        "succeeded)"
+    ]
+    assert run.load()["transport"]["used"] == {"host1": ["IB"], "host2": ["Socket"]}

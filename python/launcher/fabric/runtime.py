@@ -110,19 +110,21 @@ class TransportWatch:
         ``warn`` as a warning line.
         """
         lines: list[str] = []
+        failure = ""
         for host, node in nodes.items():
             names = node.get("net_transport")
             if not isinstance(names, list) or not names:
                 continue
             self.used[host] = [str(n) for n in names]
-            if host in self.check.hidden or SOCKET_NETWORK not in names or host in self.named:
+            if host in self.check.hidden or SOCKET_NETWORK not in names or host in self.named or failure:
                 continue
             self.named.add(host)
             line = fallback_line(host, self.check.transport)
             if self.check.socket_fallback == "fail":
-                return lines, f"{line}; fabric.socket_fallback: fail"
-            lines.append(f"warning: {line}; fabric.socket_fallback: warn: the run goes on")
-        return lines, ""
+                failure = f"{line}; fabric.socket_fallback: fail"
+            else:
+                lines.append(f"warning: {line}; fabric.socket_fallback: warn: the run goes on")
+        return lines, failure
 
     def record(self) -> dict[str, Any]:
         """Return the run record's ``transport`` fields: the expectation and what each node used."""
