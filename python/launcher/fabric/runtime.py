@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 # INFO shows the line (subsystem INIT); NET adds the chosen device ("NET/IB : Using [0]mlx5_0:1/RoCE"). Both
-# print only while a communicator is set up, a few lines per rank, instead of the default mask's BOOTSTRAP and
-# ENV lines
+# print while communicators and their connections are set up, nothing per collective (docs/launcher.md
+# "The transport at run time")
 DEBUG_ENV: Mapping[str, str] = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 VISIBLE_LEVELS = ("INFO", "TRACE")  # NCCL_DEBUG levels that print INFO lines (compared without case)
 LINE_SUBSYS = ("INIT", "ALL")  # NCCL_DEBUG_SUBSYS names that include the line's subsystem
