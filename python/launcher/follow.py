@@ -13,6 +13,7 @@ from launcher.watchdog import HOLDING_STATES
 if TYPE_CHECKING:
     import threading
 
+    from launcher.fabric.runtime import TransportWatch
     from launcher.job import Job
     from launcher.watchdog import ProgressWatch
 
@@ -116,9 +117,11 @@ def follow(
     job_timeout_s: int = 0,
     out: IO[str] | None = None,
     watch: ProgressWatch | None = None,
+    transport: TransportWatch | None = None,
 ) -> tuple[Verdict, dict[str, dict[str, Any]]]:
     """Poll until the job ends, fails, stalls (``watch``: the progress watchdog) or is interrupted; return the
-    verdict and the last node states.
+    verdict and the last node states. ``transport``: the collectives' transport is judged from what the nodes
+    report (a node on sockets where RDMA was expected: one line; the run fails or goes on by policy).
 
     Stopping and collecting is left to the caller, which owns the run record.
     """
@@ -127,6 +130,7 @@ def follow(
     started = time.monotonic()
     nodes: dict[str, dict[str, Any]] = {}
     telemetry_warnings = WarningOnce()
+    recorded: dict[str, Any] = {}
     while True:
         if interrupted.is_set():
             return Verdict("stopped", "interrupted (Ctrl-C)"), nodes
@@ -136,10 +140,18 @@ def follow(
             return Verdict("stopped", "interrupted (Ctrl-C)"), nodes or polled
         nodes = polled
         verdict = job.judge(nodes)
+        lines, fell_back = transport.observe(nodes) if transport is not None else ([], "")
+        if fell_back and verdict.state == "running":
+            verdict = Verdict("failed", fell_back)
+        elif fell_back:  # the run ended in this very poll: its verdict stands, the fall-back is still said
+            lines.append(f"warning: {fell_back} (the run had ended: {verdict.state})")
         view.show(job.hosts, nodes, verdict)
-        for line in telemetry_warnings.new_lines(nodes):
+        for line in [*telemetry_warnings.new_lines(nodes), *lines]:
             print(line, file=view.out, flush=True)
         job.run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
+        if transport is not None and transport.record() != recorded:
+            recorded = transport.record()
+            job.run.update(transport=recorded)
         if verdict.state != "running":
             return verdict, nodes
         stall = watch.observe(nodes, time.monotonic()) if watch is not None else None

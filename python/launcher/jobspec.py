@@ -224,8 +224,9 @@ class FabricOptions(_Strict):
 
     ``transport``: ``auto`` expects RDMA when some node has an active RDMA port or the job's env names
     ``NCCL_IB_HCA``; ``rdma`` always; ``socket`` never. ``socket_fallback``: a multi-node job whose transport
-    is sockets where RDMA is expected is refused (``fail``) or runs with one warning line (``warn``).
-    (launcher.fabric.env; docs/launcher.md "Fabric".)
+    is sockets where RDMA is expected is refused (``fail``) or runs with one warning line (``warn``); the same
+    policy judges what RCCL/NCCL chose at run time (``fail``: the run fails, never retried).
+    (launcher.fabric.env, launcher.fabric.runtime; docs/launcher.md "Fabric".)
     """
 
     transport: Literal["auto", "rdma", "socket"] = "auto"

@@ -27,7 +27,9 @@ Failure kinds (``FAILURE_KINDS``):
 * ``timeout`` -- the job spec's ``timeouts.job_s`` was reached.
 
 ``NEVER_RETRIED``: a bad config and a validation or preflight failure are never retried (they cannot be named
-in ``retry_on``): the same input fails the same way.
+in ``retry_on``): the same input fails the same way. Nor is ``socket_fallback``: the collectives fell back to
+TCP sockets at run time where RDMA was expected and ``fabric.socket_fallback`` is ``fail``
+(:mod:`launcher.fabric.runtime`): the same nodes choose the same transport again; the fabric needs fixing.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ import re
 import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from launcher.fabric.runtime import FALLBACK_PHRASE
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -55,6 +59,7 @@ FAILURE_KINDS: dict[str, str] = {
 NEVER_RETRIED: dict[str, str] = {
     "config_error": "a bad job spec or config",
     "preflight": "a validation or preflight failure",
+    "socket_fallback": "a fall-back to TCP sockets where RDMA was expected (fabric.socket_fallback: fail)",
 }
 # the job spec's defaults (launcher.jobspec.RecoveryPolicy takes them from here): a long run on a cluster
 # retries what a node or the hardware did to it, not what the job itself does wrong
@@ -177,6 +182,8 @@ def classify(  # noqa: PLR0911 - one return per kind the judge's line names
         return Failure("node_lost", host, reason)
     if "output_dir lacks" in what:
         return Failure("incomplete_output", host, reason)
+    if what.startswith(FALLBACK_PHRASE):
+        return Failure("socket_fallback", host, reason)
     kinds = {h: k for h, k in ((h, _node_kind(n)) for h, n in (nodes or {}).items()) if k is not None}
     for kind in _PRIORITY:
         blamed = [h for h, k in kinds.items() if k == kind]

@@ -137,8 +137,16 @@ def wait_for(predicate, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# real RCCL init lines (libibverbs missing: "Using network Socket"), printed by every rank of the fake trainer
+NCCL_SOCKET_CAPTURE = REPO / "tests" / "fixtures" / "nccl" / "rccl_socket_no_libibverbs.log"
+
+
 def test_run_succeeds_with_metrics_plot_and_masked_secret(lab: dict[str, Path]) -> None:
-    out = launcher(lab, "run", str(job_spec(lab, "ok")), "-i", str(lab["inventory"]))
+    """... and the network RCCL chose (``Using network Socket``, printed by the trainer test double) reaches
+    the record through the real agent's status and collect; the loopback nodes have no RDMA, so none is
+    expected and nothing is judged (tests/unit/test_fabric_runtime.py judges it in-process)."""
+    spec = job_spec(lab, "ok", FAKE_NCCL_LOG=str(NCCL_SOCKET_CAPTURE))
+    out = launcher(lab, "run", str(spec), "-i", str(lab["inventory"]))
     assert out.returncode == 0, out.stdout + out.stderr
     run = only_run(lab)
     rec = record(run)
@@ -170,6 +178,11 @@ def test_run_succeeds_with_metrics_plot_and_masked_secret(lab: dict[str, Path]) 
     assert status.returncode == 0 and "succeeded" in status.stdout
     logs = launcher(lab, "logs", run.name, "--node", "1")
     assert "Process rank: 1" in logs.stdout
+    assert {h: n.get("net_transport") for h, n in rec["nodes"].items()} == {
+        "n0": ["Socket"],
+        "n1": ["Socket"],
+    }
+    assert rec.get("transport") is None and "fell back" not in out.stdout
 
 
 def test_killed_trainer_fails_the_job_everywhere(lab: dict[str, Path]) -> None:

@@ -3,6 +3,8 @@
 Usage: fake_trainer.py OUTPUT_DIR [--steps N] [--step-s S] [--fail-at K] [--worker]
    or: fake_trainer.py train TRAIN_YAML   (as ``llamafactory-cli``: output_dir from the YAML, the rest from
        FAKE_STEPS, FAKE_STEP_S, FAKE_FAIL_AT; only rank 0 (NODE_RANK 0) logs and saves, like LLaMA-Factory)
+FAKE_NCCL_LOG: a file of real RCCL/NCCL init lines (tests/fixtures/nccl) every rank prints after it joined, as
+RCCL does when its communicator is set up with NCCL_DEBUG=INFO.
 Like torchrun, it starts one "worker" child in a new session (so only the run marker finds it), writes one
 trainer_log.jsonl line per step, and at the end writes adapter_model.safetensors and all_results.json.
 """
@@ -57,6 +59,8 @@ def main() -> int:
     )
     rank = int(os.environ.get("NODE_RANK", "0"))
     print(f"Process rank: {rank}, world size: 2, device: cpu, distributed training: True", flush=True)
+    if os.environ.get("FAKE_NCCL_LOG"):
+        print(Path(os.environ["FAKE_NCCL_LOG"]).read_text(), end="", flush=True)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     log = args.output_dir / ("follower.jsonl" if args.follower else "trainer_log.jsonl")
     t0 = time.time()

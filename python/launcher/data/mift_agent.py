@@ -102,6 +102,10 @@ REPORT_START = "\nFailures:\n"
 REPORT_RANK_RE = re.compile(
     r"^\s*rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", re.MULTILINE
 )
+# RCCL/NCCL's init line naming the network its collectives use between nodes (NCCL_DEBUG=INFO, subsystem
+# INIT; ``INFO(NCCL_INIT, "Using network %s", ...)`` in init.cc): ``Socket`` is TCP sockets; ``IB``,
+# ``IBext_v8``, ... RDMA through verbs or a net plugin. The launcher judges it (launcher/fabric/runtime.py).
+NET_RE = re.compile(r"NCCL INFO Using network (\S+)")
 
 
 def _now() -> float:
@@ -716,7 +720,8 @@ def rank_exits(text: str) -> list[dict[str, int]]:
 
 def _log_facts(log: Path, offset: int = 0) -> dict[str, Any]:
     """Return what the trainer log says: ranks that joined, world size, a teardown abort, how it failed, the
-    last lines; ``offset``: where the current start's output begins (earlier starts are not judged)."""
+    last lines, the networks RCCL/NCCL chose; ``offset``: where the current start's output begins (earlier
+    starts are not judged)."""
     try:
         with log.open("rb") as fh:
             fh.seek(offset if 0 < offset <= log.stat().st_size else 0)
@@ -729,6 +734,7 @@ def _log_facts(log: Path, offset: int = 0) -> dict[str, Any]:
             "failure_lines": [],
             "rank_exits": [],
             "log_tail": "",
+            "net_transport": None,
         }
     joined = sorted({int(m.group(1)) for m in JOINED_RE.finditer(text)})
     sizes = [int(m) for m in WORLD_SIZE_RE.findall(text)]
@@ -740,7 +746,15 @@ def _log_facts(log: Path, offset: int = 0) -> dict[str, Any]:
         "failure_lines": failures[-FAILURE_LINES:],
         "rank_exits": rank_exits(text),
         "log_tail": "\n".join(text[-LOG_TAIL_BYTES:].splitlines()[-8:]),
+        "net_transport": net_transport(text),
     }
+
+
+def net_transport(text: str) -> list[str] | None:
+    """Return the networks RCCL/NCCL said it uses (``Using network X``), in the order first seen; None when
+    no rank printed the line (not initialized yet, NCCL_DEBUG not INFO, or no RCCL/NCCL: gloo)."""
+    names = list(dict.fromkeys(NET_RE.findall(text)))
+    return names or None
 
 
 def _processes(job: dict[str, Any], run_dir: Path) -> int:

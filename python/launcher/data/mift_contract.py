@@ -82,6 +82,9 @@ class NodeStatus(TypedDict, total=False):
         dict[str, int]
     ]  # torchrun's report: each failed rank's "rank" and "exitcode" (-N: signal)
     log_tail: str
+    # the networks RCCL/NCCL chose in this start ("Using network X" lines: Socket, IB, IBext_v8, ...);
+    # None: no rank printed the line (yet)
+    net_transport: list[str] | None
     gpu: dict[str, Any] | None  # mift_gpu.summary of the latest GPU sample
     telemetry_warning: str | None  # the GPU tool failed or hung (printed once by the launcher)
     gpu_fault: str | None  # a GPU broke (new uncorrectable ECC error, GPU gone): the run fails

@@ -26,6 +26,8 @@ from launcher.watchdog import with_flight_recorder
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from launcher.fabric.env import FabricPlan
+    from launcher.fabric.runtime import TransportCheck
     from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts
@@ -75,6 +77,8 @@ class RunPlan:
     notes: tuple[str, ...] = field(default=())
     # plan: auto: the applied training plan (launcher.engine.split.record_of); None: the YAML as written
     training: TrainingPlan | None = None
+    # RDMA expected on a multi-node job: RCCL/NCCL's choice at run time is judged (launcher.fabric.runtime)
+    transport: TransportCheck | None = None
 
     @property
     def spec(self) -> JobSpec:
@@ -221,15 +225,15 @@ def require_liger(facts: NodeFacts, why: str) -> None:
             )
 
 
-def fabric_of(spec: JobSpec, facts: NodeFacts) -> dict[str, dict[str, str]]:
-    """Return each host's derived NCCL/Gloo variables (:mod:`launcher.fabric.env`); its warnings and notes go
-    to ``facts``. A missing interface, settings that differ across nodes, or sockets where RDMA is expected
-    (``fabric.socket_fallback: fail``) raise, one line naming the node. Nodes whose probe has no ``net``
-    facts (a probe from before them) get nothing derived."""
+def fabric_plan(spec: JobSpec, facts: NodeFacts) -> FabricPlan | None:
+    """Return the job's fabric plan (:mod:`launcher.fabric.env`); its warnings and notes go to ``facts``. A
+    missing interface, settings that differ across nodes, or sockets where RDMA is expected
+    (``fabric.socket_fallback: fail``) raise, one line naming the node. None when a node's probe has no
+    ``net`` facts (a probe from before them): nothing is derived."""
     from launcher.fabric.env import resolve_fabric  # noqa: PLC0415
 
     if not all(isinstance(facts.probe.get(h, {}).get("net"), dict) for h in facts.hosts):
-        return {}
+        return None
     spec_env = spec.env_strings()
     overrides = {
         h: {**{str(k): str(v) for k, v in (facts.node_env.get(h) or {}).items()}, **spec_env}
@@ -238,7 +242,13 @@ def fabric_of(spec: JobSpec, facts: NodeFacts) -> dict[str, dict[str, str]]:
     fabric = resolve_fabric(facts.hosts, facts.train_address, facts.probe, overrides, spec.fabric)
     facts.warnings.extend(w for w in fabric.warnings if w not in facts.warnings)
     facts.notes.extend(n for n in fabric.notes if n not in facts.notes)
-    return {h: dict(e) for h, e in fabric.envs.items()}
+    return fabric
+
+
+def fabric_of(spec: JobSpec, facts: NodeFacts) -> dict[str, dict[str, str]]:
+    """Return each host's derived NCCL/Gloo variables (:func:`fabric_plan`; {} when nothing is derived)."""
+    fabric = fabric_plan(spec, facts)
+    return {h: dict(e) for h, e in fabric.envs.items()} if fabric is not None else {}
 
 
 def build_plan(
@@ -266,7 +276,9 @@ def build_plan(
     if ds is not None:
         files[DS_FILE] = (json.dumps(ds, indent=2) + "\n").encode()
     master_addr = spec.master_addr or facts.train_address[facts.master]
-    fabric_env = None if spec.slurm.login_only else fabric_of(spec, facts)
+    fabric = None if spec.slurm.login_only else fabric_plan(spec, facts)
+    # the run (not `check`) also asks RCCL/NCCL for its transport line where it is judged; the overrides win
+    fabric_env = {h: {**e, **fabric.debug_env} for h, e in fabric.envs.items()} if fabric else None
     envs = render_node_env(
         spec,
         hosts=facts.hosts,
@@ -315,6 +327,7 @@ def build_plan(
         envs=MappingProxyType({h: MappingProxyType(e) for h, e in envs.items()}),
         jobs=MappingProxyType(jobs),
         training=training,
+        transport=fabric.transport_check if fabric else None,
     )
 
 

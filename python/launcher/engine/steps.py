@@ -446,14 +446,14 @@ def _failure_of(
     interrupted: threading.Event,
 ) -> tuple[Failure, dict[str, dict[str, Any]]]:
     """Return what failed in a ``failed`` or ``stalled`` attempt, and the node states it was judged from."""
-    from launcher.recovery import classify, stall_failure  # noqa: PLC0415
+    from launcher.recovery import NEVER_RETRIED, classify, stall_failure  # noqa: PLC0415
 
     if verdict.state == "stalled":  # the watchdog's verdict; the record's `stall` names the lagging nodes
         stall = run.load().get("stall") or {}
         return stall_failure(verdict.reason, [str(h) for h in stall.get("lagging") or []]), nodes
     failure = classify(verdict.reason, nodes)
     for _ in range(SETTLE_POLLS):
-        if failure.kind in spec.recovery.retry_on or not _running(nodes):
+        if failure.kind in spec.recovery.retry_on or failure.kind in NEVER_RETRIED or not _running(nodes):
             break
         # the cause may not have reached every node's state yet (a rank killed on host2 makes host1's
         # rank fail first; host2's torchrun ends a moment later): poll again before judging what failed
@@ -633,6 +633,7 @@ def _ship_and_follow(
         warnings=facts.warnings,
         notes=facts.notes,
         torch=facts.torch,
+        transport=plan.transport.record() if plan.transport is not None else None,
     )
     run.set_status("starting")
     t_start = time.monotonic()
@@ -686,6 +687,7 @@ def _ship_and_follow(
             file=out,
         )
         return OK
+    from launcher.fabric.runtime import TransportWatch  # noqa: PLC0415
     from launcher.follow import follow  # noqa: PLC0415 - only when following
 
     watch = _progress_watch(plan, job.hosts, out)
@@ -696,6 +698,7 @@ def _ship_and_follow(
         job_timeout_s=spec.timeouts.job_s,
         out=out,
         watch=watch,
+        transport=TransportWatch(plan.transport) if plan.transport is not None else None,
     )
     return verdict, nodes, job
 

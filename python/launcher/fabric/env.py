@@ -15,15 +15,18 @@ types), whether ``libibverbs`` is installed. Derived per node:
 The inventory's ``mift_node_env`` and the job spec's ``env`` override the derived values (in that order); a
 name that does not exist on a node, or a value that must be the same on every node and is not, is refused in
 one line naming the node, before anything starts. A multi-node job whose transport is sockets where RDMA is
-expected (``fabric.transport``) fails or warns by ``fabric.socket_fallback``.
+expected (``fabric.transport``) fails or warns by ``fabric.socket_fallback``; where RDMA is expected and
+predicted on every node, what RCCL/NCCL chooses at run time is judged too (:mod:`launcher.fabric.runtime`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
+from launcher.fabric.runtime import DEBUG_ENV, TransportCheck, hidden_by, not_judged_notes
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -180,6 +183,28 @@ class FabricPlan:
     fabrics: Mapping[str, NodeFabric]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # RDMA expected and predicted on every node of a multi-node job: the run asks RCCL/NCCL for its transport
+    # line (debug_env, under the overrides) and judges it (launcher.fabric.runtime); None: not judged
+    transport_check: TransportCheck | None = None
+    debug_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def runtime_check(
+    hosts: Sequence[str], overrides: Mapping[str, Mapping[str, str]], options: FabricOptions
+) -> tuple[TransportCheck | None, list[str]]:
+    """Return the run-time transport check of a job where RDMA is expected on every node, and its notes.
+
+    The job's environment (``overrides``, every variable) wins over :data:`DEBUG_ENV`: a node whose
+    environment hides the ``Using network`` line is not judged, said once; ``NCCL_IB_DISABLE=1`` there asks
+    for sockets: nothing is judged.
+    """
+    if any((overrides.get(h) or {}).get(IB_DISABLE_VAR) == "1" for h in hosts):
+        return None, [
+            f"fabric: {IB_DISABLE_VAR}=1 in the job's env: the collectives' transport is not judged at run "
+            "time (fabric.transport: socket says so without a check)"
+        ]
+    hidden = {h: why for h in hosts if (why := hidden_by({**DEBUG_ENV, **(overrides.get(h) or {})}))}
+    return TransportCheck(options.transport, options.socket_fallback, hidden), not_judged_notes(hidden)
 
 
 def resolve_fabric(  # noqa: PLR0912 - one pass over the checks, each one line
@@ -249,8 +274,11 @@ def resolve_fabric(  # noqa: PLR0912 - one pass over the checks, each one line
             )
     sockets = [h for h in hosts if fabrics[h].transport == "socket"]
     env_sets_hca = any(HCA_VAR in (overrides.get(h) or {}) for h in hosts)
+    expected = len(hosts) > 1 and rdma_expected(options, list(fabrics.values()), env_sets_hca)
+    check, check_notes = runtime_check(hosts, overrides, options) if expected and not sockets else (None, [])
+    notes.extend(check_notes)
     if len(hosts) > 1 and sockets:
-        if rdma_expected(options, list(fabrics.values()), env_sets_hca):
+        if expected:
             host = sockets[0]
             line = (
                 f"{host}: collectives would fall back to TCP sockets where RDMA is expected "
@@ -282,4 +310,11 @@ def resolve_fabric(  # noqa: PLR0912 - one pass over the checks, each one line
                     "be the same on every node; derived from each node's RDMA ports and GID table): set "
                     f"{var} in the job spec's env or fix the node; nothing was started"
                 )
-    return FabricPlan(envs=derived, fabrics=fabrics, warnings=tuple(warnings), notes=tuple(notes))
+    return FabricPlan(
+        envs=derived,
+        fabrics=fabrics,
+        warnings=tuple(warnings),
+        notes=tuple(notes),
+        transport_check=check,
+        debug_env=DEBUG_ENV if check is not None else {},
+    )
