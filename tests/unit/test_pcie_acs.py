@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "roles" / "rdma" / "files" / "mift_pcie_acs.py"
@@ -136,6 +138,17 @@ def test_a_bridge_that_keeps_acs_after_the_write_stops_the_script(monkeypatch: p
         acs.run(dry_run=False, emit=lines.append)
     assert str(caught.value) == "0000:00:01.1: ACS Control reads '001d' after writing 0000"
     assert lines == []
+
+
+def test_the_role_reports_changed_exactly_for_the_bridge_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """_rdma_acs_changed_line (roles/rdma/vars/main.yml) is the changed_when of the role's run."""
+    role_vars = yaml.safe_load((REPO / "roles" / "rdma" / "vars" / "main.yml").read_text(encoding="utf-8"))
+    changed = re.compile(role_vars["_rdma_acs_changed_line"], re.MULTILINE)
+    for dry_run in (False, True):
+        lines = _run(monkeypatch, RecordingRunnerTestDouble(ACS_TEST_DOUBLE), dry_run=dry_run)
+        assert [bool(changed.search(line)) for line in lines] == [True, True, True]
+    none = _run(monkeypatch, RecordingRunnerTestDouble(REAL_NO_BRIDGE), dry_run=False)
+    assert changed.search("\n".join(none)) is None
 
 
 def _stand_ins(tmp_path: Path, lspci_text: str) -> dict[str, str]:
