@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from test_engine_defects import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
+from test_plan_wiring import SHAPE_8B
 
 from launcher import recovery
 from launcher.exceptions import ConfigurationError
@@ -627,19 +628,7 @@ def _auto_job(lab: Path, name: str, **extra: Any) -> Path:  # noqa: F811 - the l
     (lab / "configs" / "train" / "ga4.yaml").write_text(yaml.safe_dump(train))
     model = lab / "configs" / "jobs" / "model"
     model.mkdir(exist_ok=True)
-    shape = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "vocab_size": 4004,
-        "max_position_embeddings": 4096,
-        "tie_word_embeddings": False,
-    }
-    (model / "config.json").write_text(json.dumps(shape))
+    (model / "config.json").write_text(json.dumps(SHAPE_8B))
     return _job(lab, name, "ga4.yaml", plan="auto", plan_model_config="model", **extra)
 
 
