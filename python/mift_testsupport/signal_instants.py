@@ -39,6 +39,7 @@ FIRST_INSTANT_S = 0.0
 CAUGHT_SIGINT = 1 << (signal.SIGINT - 1)
 HANG_S = 300  # a run interrupted or not ends long before, even on a loaded 2-core machine
 HUNG = -1000  # the returncode recorded for a run that had to be killed
+IMPORT_HOLD = Path(__file__).with_name("import_hold")  # its sitecustomize holds the first heavy import
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,11 +66,14 @@ class Outcome:
         return f"FAILED: rc={self.returncode} last stderr line {last!r}"
 
 
-def _launcher_env(pythonpath: Path | None, cache: str) -> dict[str, str]:
+def _launcher_env(pythonpath: Path | None, cache: str, hold_marker: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "MIFT_VALIDATE_BUILTIN"}
     env["MIFT_CACHE_DIR"] = cache  # empty: the real classes are imported
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
+    if hold_marker is not None:
+        env["MIFT_IMPORT_HOLD_MARKER"] = str(hold_marker)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IMPORT_HOLD), env.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -97,19 +101,28 @@ def _handlers_in_place(pid: int) -> bool:
     return bool(caught & CAUGHT_SIGINT)
 
 
-def run_once(signum: int, instant_s: float, pythonpath: Path | None = None) -> Outcome:
+def run_once(
+    signum: int, instant_s: float, pythonpath: Path | None = None, *, at_import: bool = False
+) -> Outcome:
     """Start the launcher, send ``signum`` ``instant_s`` seconds after its handlers are in place (unless it
-    ended by then), wait for its end."""
+    ended by then), wait for its end.
+
+    ``at_import``: count the instant from the moment validation starts importing DeepSpeed or LLaMA-Factory,
+    held there by the ``import_hold`` test double, so that the signal provably lands during validation.
+    """
     with tempfile.TemporaryDirectory(prefix="mift-sig-") as cache:
+        marker = Path(cache) / "import-held" if at_import else None
         proc = subprocess.Popen(
             ["/bin/sh", "-c", f'trap "" INT; exec "{sys.executable}" -m launcher validate {JOB}'],
             cwd=REPO_ROOT,
-            env=_launcher_env(pythonpath, cache),
+            env=_launcher_env(pythonpath, cache, marker),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        while proc.poll() is None and not _handlers_in_place(proc.pid):
+        while proc.poll() is None and not (
+            marker.exists() if marker is not None else _handlers_in_place(proc.pid)
+        ):
             time.sleep(0.001)
         deadline = time.monotonic() + instant_s
         while proc.poll() is None and time.monotonic() < deadline:
