@@ -141,6 +141,40 @@ def test_a_reused_pid_is_not_the_trainer(tmp_path: Path, command: str) -> None:
         other.wait()
 
 
+def test_a_reused_supervisor_pid_is_not_the_supervisor(tmp_path: Path) -> None:
+    """The supervisor and its trainer ended (a node reboot, a kill -9 of both) and another program got the
+    supervisor's pid: status says vanished (it said running for as long as that program lived), and start
+    starts the trainer again (it answered "already running")."""
+    run_dir = make_run(tmp_path, "t-reused-supervisor")
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        state = {
+            "state": "running",
+            "pid": 999999,
+            "supervisor_pid": other.pid,
+            "supervisor_id": "an earlier boot:12345",
+            "started_at": time.time(),
+        }
+        (run_dir / "state.json").write_text(json.dumps(state))
+        assert agent("status", str(run_dir))["state"] == "vanished"
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_supervisor_records_who_it_is(tmp_path: Path) -> None:
+    """The state file of a started run names the supervisor by pid and by identity (boot id, start time)."""
+    run_dir = make_run(tmp_path, "t-supervisor-id")
+    agent("start", str(run_dir))
+    try:
+        state = json.loads((run_dir / "state.json").read_text())
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        assert str(state.get("supervisor_id", "")).startswith(boot + ":"), state
+    finally:
+        agent("stop", str(run_dir), "--grace", "1")
+
+
 def test_status_of_missing_run_dir(tmp_path: Path) -> None:
     assert agent("status", str(tmp_path / "nope"))["state"] == "absent"
 

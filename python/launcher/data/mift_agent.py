@@ -18,7 +18,9 @@ and, written by this agent:
   prefixed ``[rankN localL]:`` (N: the global rank, L: the local rank)
 * ``ranks/`` -- torchrun's log folder: each local rank's ``stdout.log`` and ``stderr.log``; ``collect``
   ships them as ``rank<N>.stdout.log`` and ``rank<N>.stderr.log``
-* ``state.json``  -- ``{"state", "pid", "supervisor_pid", "started_at", "ended_at", "rc"}``
+* ``state.json``  -- ``{"state", "pid", "supervisor_pid", "supervisor_id", "started_at", "ended_at", "rc"}``
+  (``supervisor_id``: boot id and start time of the supervisor, so that a later process given its pid is
+  not taken for it)
 * ``rc``          -- the trainer's exit status once it ended
 * ``stop_requested`` -- present once ``stop`` was asked for
 * ``telemetry.jsonl``, ``telemetry.json``, ``gpu_after.json`` -- GPU samples while the trainer runs (every
@@ -137,6 +139,29 @@ def _alive(pid: int | None) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _identity(pid: int | None) -> str | None:
+    """Return ``<boot id>:<start time>`` of a live ``pid``: what tells a process from a later one that got its
+    pid (pids are reused; a reboot restarts the count), else None."""
+    if not pid:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    return f"{boot}:{fields[19]}" if len(fields) > 19 and fields[0] != "Z" else None  # field 22: starttime
+
+
+def _supervisor_alive(state: dict[str, Any]) -> bool:
+    """Return True when the state file's supervisor still runs: its pid is alive and, when the state file
+    recorded its identity, is the same process (not a later one that got the pid)."""
+    pid = state.get("supervisor_pid")
+    recorded = state.get("supervisor_id")
+    if recorded is None:  # written by an agent of before the identity: the pid is all there is
+        return _alive(pid)
+    return _identity(pid) == recorded
 
 
 def agent_key(run_id: str, run_dir: Path) -> str:
@@ -362,6 +387,7 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
                 "rc": 127,
                 "pid": None,
                 "supervisor_pid": os.getpid(),
+                "supervisor_id": _identity(os.getpid()),
                 "started_at": started,
                 "ended_at": _now(),
                 **extra,
@@ -373,6 +399,7 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
         "state": "running",
         "pid": proc.pid,
         "supervisor_pid": os.getpid(),
+        "supervisor_id": _identity(os.getpid()),
         "started_at": started,
         "ended_at": None,
         "rc": None,
@@ -656,7 +683,7 @@ def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
     if bad:
         return {"ok": False, "error": bad}
     state = _read_json(run_dir / STATE_FILE)
-    if state.get("state") in ("running", "starting") and _alive(state.get("supervisor_pid")):
+    if state.get("state") in ("running", "starting") and _supervisor_alive(state):
         return {"ok": True, "changed": False, **state}
     for name in (STATE_FILE, "rc", "trainer.pid", "stop_requested"):
         with contextlib.suppress(FileNotFoundError):
@@ -773,7 +800,7 @@ def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
     else:
         run_id = str(job.get("run_id") or "")
         trainer_alive = bool(run_id) and _ours(state.get("pid"), agent_key(run_id, run_dir))
-        if name == "running" and not _alive(state.get("supervisor_pid")):
+        if name == "running" and not _supervisor_alive(state):
             name = "running" if trainer_alive else "vanished"
     if name == "starting" and time.time() - float(state.get("started_at") or 0) > 60:
         name = "vanished"
@@ -1010,7 +1037,7 @@ def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
     left = sweep(pgid, key, grace) if running else []
     # wait for the supervisor to record the end, so status reads "stopped" right after
     deadline = time.monotonic() + 5
-    while running and time.monotonic() < deadline and _alive(state.get("supervisor_pid")):
+    while running and time.monotonic() < deadline and _supervisor_alive(state):
         time.sleep(0.1)
     state = _read_json(run_dir / STATE_FILE)
     if state.get("state") in ("running", "starting"):  # the supervisor is gone too: record it here
