@@ -161,7 +161,7 @@ def _supervisor_alive(state: dict[str, Any]) -> bool:
     recorded = state.get("supervisor_id")
     if recorded is None:  # written by an agent of before the identity: the pid is all there is
         return _alive(pid)
-    return _identity(pid) == recorded
+    return bool(_identity(pid) == recorded)
 
 
 def agent_key(run_id: str, run_dir: Path) -> str:
