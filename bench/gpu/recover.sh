@@ -3,19 +3,11 @@
 # (bench/gpu/recover.py says what it does). The device call carries .whl/ (bench/gpu/fetch_wheels.sh).
 #   device: bash bench/gpu/recover.sh [recover.py options]      results: $OUT/recover.log
 set -u
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export LANG=C.UTF-8 LC_ALL=C.UTF-8  # ansible refuses a non-UTF-8 locale
-OUT=${OUT:-/tmp/recover-out}
+. bench/gpu/env.sh
 W=${RECOVER_WORK:-/tmp/recover}
-mkdir -p "$OUT" "$W"
-t0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  >"$OUT/pip.log" 2>&1 || { tail "$OUT/pip.log"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD/python PATH=/tmp/site/bin:$PATH
+mkdir -p "$W"
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c 'import torch, transformers, peft, deepspeed, llamafactory; print(torch.__version__, torch.version.cuda, transformers.__version__, peft.__version__, deepspeed.__version__, llamafactory.__version__)'; } >"$OUT/env.log" 2>&1
-echo "[$(($(date +%s) - t0)) s] wheels installed"
 [[ -d $W/assets/model ]] || python3 bench/gpu/make_assets.py "$W/assets" 8b 96 >"$OUT/assets.log" 2>&1 || { tail "$OUT/assets.log"; exit 1; }
 echo "[$(($(date +%s) - t0)) s] assets made"
 python3 bench/gpu/recover.py "$W/assets" "$W/work" "$@" 2>&1 | tee "$OUT/recover.log"
