@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the device scripts (run.sh, recover.sh), from the repo root on the GPU machine: the environment of
 # every bench run and the carried wheels (.whl/, bench/gpu/fetch_wheels.sh) installed in /tmp/site, which is
 # inventory/gpu-local's mift_node_venv. $OUT (the device tool's result folder) gets pip.log.
