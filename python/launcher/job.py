@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.backends import backend_of
+from launcher.jobspec import Timeouts
 from launcher.metrics import Summary, read_jsonl, summarize, write_metrics
 from launcher.plot import plot_gpus, plot_loss
 from launcher.runner import PlaybookResult, PlaybookRunner
@@ -38,9 +39,10 @@ class Job:
         self.hosts: list[str] = list(self.record["hosts"])
         inventory = self.record.get("inventory")
         spec = self.record.get("spec", {})
-        self.stop_grace_s = int(spec.get("timeouts", {}).get("stop_grace_s", 8))
+        timeouts = Timeouts.model_validate(spec.get("timeouts") or {})  # the job spec's defaults: one home
+        self.stop_grace_s = timeouts.stop_grace_s
         self.runner = PlaybookRunner(run.ansible_dir, inventory=Path(inventory) if inventory else None)
-        self.node_judge = Judge(self.hosts, float(spec.get("timeouts", {}).get("teardown_grace_s", 10)))
+        self.node_judge = Judge(self.hosts, float(timeouts.teardown_grace_s))
         self.backend = backend_of(self.record)
         self.judge = self.backend.judge(self)
         # the progress watchdog saw a stall: the stop dumps every trainer's stacks first (ssh backend)

@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from launcher import nodecall
 from launcher.exceptions import JobFailedError
+from launcher.nodelayout import layout
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from launcher.runner import PlaybookRunner
     from launcher.runs import RunDir
 
-NODE_RUNS_ROOT = "/var/lib/mift/runs"
 MERGED_DIR = "merged"
 ADAPTER_FILE = "adapter_model.safetensors"
 
@@ -90,7 +90,7 @@ def merge_request(
     }
     return {
         "export": export,
-        "dest": f"{NODE_RUNS_ROOT}/{plan.run_id}/{MERGED_DIR}",
+        "dest": f"{layout().run_dir(plan.run_id)}/{MERGED_DIR}",
         "base": base,
         "adapter": adapter,
         "device": "cuda" if options.device == "gpu" else "cpu",

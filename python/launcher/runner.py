@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import ansible_runner
 
 from launcher.exceptions import ConfigurationError
+from launcher.nodelayout import layout
 from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
 
 if TYPE_CHECKING:
@@ -181,7 +182,7 @@ class PlaybookRunner:
         args.update(
             playbook=str(PLAYBOOK_DIR / f"{playbook}.yml"),
             ident=ident,
-            extravars=dict(extravars),
+            extravars={**layout().extravars(), **extravars},  # the node layout: one home (nodelayout)
             event_handler=on_event,
             cancel_callback=(self.cancel_requested.is_set if cancellable else (lambda: False)),
         )

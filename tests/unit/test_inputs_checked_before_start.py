@@ -182,10 +182,11 @@ def test_probe_checks_dataset_names_and_their_files(tmp_path: Path) -> None:
 
 
 def test_probe_answers_a_bad_require_argument_as_data(tmp_path: Path, capsys: Any) -> None:
-    assert mift_probe.main([str(tmp_path), "--require", "{not json"]) == 0
+    layout = ["--venv", str(tmp_path / "venv"), "--facts-dir", str(tmp_path / "facts")]
+    assert mift_probe.main([str(tmp_path), *layout, "--require", "{not json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["missing"] == [{"what": "--require", "path": "", "why": "not a JSON list of objects"}]
-    assert mift_probe.main([str(tmp_path)]) == 0
+    assert mift_probe.main([str(tmp_path), *layout]) == 0
     assert json.loads(capsys.readouterr().out)["missing"] is None
 
 

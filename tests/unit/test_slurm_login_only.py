@@ -27,6 +27,7 @@ from launcher.backends.slurm_shared import (
 from launcher.engine.steps import choose_backend
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import SlurmOptions, parse_job_spec
+from launcher.nodelayout import layout
 from launcher.preflight import NodeFacts
 from mift_testsupport.slurm import srun_task_env
 
@@ -156,7 +157,11 @@ def test_the_plan_is_made_from_the_login_hosts_facts_once_per_rank() -> None:
     assert any("login host only: planned from head's facts for 3 nodes" in n for n in facts.notes)
 
     plan = cast("RunPlan", SimpleNamespace(spec=spec(slurm=SHARED, min_free_disk_gb=2), facts=facts))
-    assert expectations(plan) == {"versions": {"torch": "2.6"}, "min_free_bytes": 2 * 1024**3}
+    assert expectations(plan) == {
+        "versions": {"torch": "2.6"},
+        "min_free_bytes": 2 * 1024**3,
+        "facts_dir": layout().facts_dir,
+    }
 
 
 def test_first_failure_says_the_ranks_node_and_its_reason() -> None:
@@ -193,7 +198,8 @@ def prepared_root(tmp_path: Path, versions: dict[str, str] | None = None, *train
         name: (DATA / name).read_text()
         for name in ("mift_agent.py", "mift_contract.py", "mift_probe.py", "mift_gpu.py")
     }
-    files["expect.json"] = json.dumps({"versions": versions or {}, "min_free_bytes": 0})
+    expect = {"versions": versions or {}, "min_free_bytes": 0, "facts_dir": str(tmp_path / "facts")}
+    files["expect.json"] = json.dumps(expect)
     for rank in (0, 1):
         out = "output"
         job = {

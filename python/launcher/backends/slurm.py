@@ -25,6 +25,7 @@ from launcher.backends.slurm_script import (
     sbatch_script,
 )
 from launcher.exceptions import ConfigurationError
+from launcher.nodelayout import layout
 from launcher.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from launcher.runner import PlaybookResult, PlaybookRunner
     from launcher.runs import RunDir
 
-NODE_RUNS_ROOT = "/var/lib/mift/runs"
 # the inventory variable naming the host where sbatch, scontrol and scancel run, else the first host of:
 LOGIN_VAR = "mift_slurm_login_host"
 LOGIN_GROUPS = ("slurm_login", "slurm_controller")
@@ -81,7 +81,7 @@ class SlurmBackend:
             gpus = facts.nproc_per_node if facts.gpus else 0
         return Allocation(
             run_id=plan.run_id,
-            run_dir=f"{NODE_RUNS_ROOT}/{plan.run_id}",
+            run_dir=layout().run_dir(plan.run_id),
             nodes=tuple(facts.hosts),
             gpus_per_node=int(gpus),
             stop_grace_s=spec.timeouts.stop_grace_s,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.backends.slurm import SlurmBackend
 from launcher.exceptions import ConfigurationError
+from launcher.nodelayout import layout
 from launcher.preflight import GIB, NodeFacts
 
 if TYPE_CHECKING:
@@ -104,12 +105,13 @@ def rank_facts(login_facts: NodeFacts, nodes: int) -> NodeFacts:
 
 def expectations(plan: RunPlan) -> dict[str, Any]:
     """Return ``expect.json``: what every node must match (the stack versions the job was planned for, the
-    free space its outputs need)."""
+    free space its outputs need) and where it finds its local facts (the node layout)."""
     probe = plan.facts.probe.get(plan.facts.master, {})
     versions = probe.get("versions")
     return {
         "versions": versions if isinstance(versions, dict) else {},
         "min_free_bytes": int(plan.spec.min_free_disk_gb * GIB),
+        "facts_dir": layout().facts_dir,
     }
 
 

@@ -621,7 +621,13 @@ def cmd_slurm_check(root: Path) -> dict[str, Any]:
         why = f"{run_dir}: no such run directory (not prepared)"
         print(f"mift_agent: {node}: preflight: {why}", file=sys.stderr)
         return {"ok": False, "error": why, "slurm_node": node}
-    why = node_check(run_dir, _read_json(root / EXPECT_FILE), local_facts())
+    expect = _read_json(root / EXPECT_FILE)
+    facts_dir = expect.get("facts_dir")  # the node layout's, from the launcher (no copy of it here)
+    why = (
+        node_check(run_dir, expect, local_facts(Path(str(facts_dir))))
+        if facts_dir
+        else f"{root / EXPECT_FILE}: no facts_dir (written by an older launcher): submit the run again"
+    )
     state = _read_json(run_dir / STATE_FILE)
     if why:
         state = {"state": "exited", "rc": 3, "reason": f"preflight: {why}", "ended_at": _now()}

@@ -15,8 +15,8 @@ from ``ip -j addr``, the RDMA ports from ``/sys/class/infiniband``, the boot id;
 (firmware, ECC and PCIe). The versions and torch are asked in parallel. Never fails: the controller decides
 what the answers mean.
 
-    python3 - RUN_DIR [--path OUTPUT_DIR] [--port PORT] [--venv VENV] [--checkpoints DIR] [--require JSON]
-        [--gpu-tools] < mift_probe.py
+    python3 - RUN_DIR --venv VENV --facts-dir DIR [--path OUTPUT_DIR] [--port PORT] [--checkpoints DIR]
+        [--require JSON] [--gpu-tools] < mift_probe.py
 """
 
 from __future__ import annotations
@@ -424,11 +424,10 @@ def missing_paths(run_dir: Path, requirements: object) -> list[dict[str, str]]:
     return out
 
 
-FACTS_DIR = Path("/etc/ansible/facts.d")
 LOCAL_FACTS = ("mift_stack", "mift_gpus", "mift_flash_attn")
 
 
-def local_facts(facts_dir: Path = FACTS_DIR) -> dict[str, dict[str, Any]]:
+def local_facts(facts_dir: Path) -> dict[str, dict[str, Any]]:
     """Return the local facts preflight reads (each ``{}`` when absent or not a JSON object)."""
     out: dict[str, dict[str, Any]] = {}
     for name in LOCAL_FACTS:
@@ -447,6 +446,7 @@ def cmd_facts(
     ckpt_dir: Path | None = None,
     torch_known: str | None = None,
     *,
+    facts_dir: Path,
     required: tuple[Path, object] | None = None,
     with_gpu_tools: bool = False,
 ) -> dict[str, Any]:
@@ -480,7 +480,7 @@ def cmd_facts(
             "optional": _only(versions.result(), OPTIONAL_DISTS),
             "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
             "missing": missing_paths(*required) if required is not None else None,
-            "local_facts": local_facts(),
+            "local_facts": local_facts(facts_dir),
             "torch": {**torch_answer, **({"key": key} if key else {})},
             "net": net_facts(),
             **({"gpu_tools": gpu_tools()} if with_gpu_tools else {}),
@@ -507,7 +507,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, help="the node run directory (need not exist)")
     parser.add_argument("--port", type=int, default=0, help="TCP port that must be free")
     parser.add_argument("--path", type=Path, default=Path("/"), help="where outputs will be written")
-    parser.add_argument("--venv", type=Path, default=Path("/opt/mift/venv"), help="the node venv")
+    # the node layout's venv and facts folder come from the launcher (launcher/nodelayout.py): no copy here
+    parser.add_argument("--venv", type=Path, required=True, help="the node venv")
+    parser.add_argument("--facts-dir", type=Path, required=True, help="provisioning's local facts")
     parser.add_argument("--checkpoints", type=Path, default=None, help="list the checkpoint-N folders here")
     parser.add_argument("--torch-known", default=None, help="torch_key of the answer the controller holds")
     parser.add_argument("--require", default=None, help="JSON list of the node paths the job needs")
@@ -527,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         args.venv,
         ckpt,
         args.torch_known,
+        facts_dir=args.facts_dir,
         required=required,
         with_gpu_tools=args.gpu_tools,
     )

@@ -29,6 +29,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.fabric import links
 from launcher.fabric.accept import accept_nodes
+from launcher.nodelayout import layout
 
 if TYPE_CHECKING:
     from launcher.fabric.env import NodeFabric
@@ -49,7 +50,7 @@ def gpu_check_source() -> str:
 
 def _pythons(spec: JobSpec, facts: NodeFacts) -> dict[str, str]:
     """Return host -> the trainer's interpreter (what preflight's torch answer ran, else the node venv's)."""
-    venv = spec.node_venv or "/opt/mift/venv"
+    venv = spec.node_venv or layout().venv
     return {h: str((facts.torch.get(h) or {}).get("python") or f"{venv}/bin/python3") for h in facts.hosts}
 
 

@@ -20,6 +20,7 @@ import yaml
 from launcher.config_io import parse_config
 from launcher.exceptions import ConfigurationError
 from launcher.nodeenv import render_node_env
+from launcher.nodelayout import layout
 from launcher.problems import ConfigKind, FileReport
 from launcher.watchdog import with_flight_recorder
 
@@ -296,7 +297,7 @@ def build_plan(
 
     def cli(host: str) -> str:  # the entry point preflight found (job spec node_venv, else the inventory's)
         found = facts.probe.get(host, {}).get("trainer_cli")
-        return str(found) if found else f"{spec.node_venv or '/opt/mift/venv'}/bin/llamafactory-cli"
+        return str(found) if found else f"{spec.node_venv or layout().venv}/bin/llamafactory-cli"
 
     jobs = {
         host: MappingProxyType(
