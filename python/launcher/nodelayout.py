@@ -28,6 +28,7 @@ class NodeLayout:
     runs_root: str
     facts_dir: str
     libexec_dir: str
+    stack_packages: tuple[str, ...]  # the stack's distributions: stack_check records them, preflight compares
 
     def run_dir(self, run_id: str) -> str:
         """The node run directory of ``run_id``."""
@@ -48,4 +49,5 @@ def layout() -> NodeLayout:
         runs_root=str(values["mift_defaults_runs_root"]),
         facts_dir=str(values["mift_defaults_facts_dir"]),
         libexec_dir=str(values["mift_defaults_libexec_dir"]),
+        stack_packages=tuple(str(d) for d in values["mift_defaults_stack_packages"]),
     )

@@ -145,7 +145,17 @@ def test_node_venv_defaults_to_the_inventory() -> None:
 def _run_probe(venv: Path) -> dict[str, Any]:
     """What preflight's probe (fed on stdin, as preflight.yml does) says torch reports."""
     out = subprocess.run(
-        [sys.executable, "-", str(venv.parent / "run"), "--venv", str(venv), "--facts-dir", str(venv.parent)],
+        [
+            sys.executable,
+            "-",
+            str(venv.parent / "run"),
+            "--venv",
+            str(venv),
+            "--facts-dir",
+            str(venv.parent),
+            "--dists",
+            "torch",
+        ],
         input=Path(probe_source()).read_text(),
         capture_output=True,
         text=True,

@@ -182,7 +182,7 @@ def test_probe_checks_dataset_names_and_their_files(tmp_path: Path) -> None:
 
 
 def test_probe_answers_a_bad_require_argument_as_data(tmp_path: Path, capsys: Any) -> None:
-    layout = ["--venv", str(tmp_path / "venv"), "--facts-dir", str(tmp_path / "facts")]
+    layout = ["--venv", str(tmp_path / "venv"), "--facts-dir", str(tmp_path / "facts"), "--dists", "torch"]
     assert mift_probe.main([str(tmp_path), *layout, "--require", "{not json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["missing"] == [{"what": "--require", "path": "", "why": "not a JSON list of objects"}]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher.nodelayout import layout
+
 INSTALL = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_install.py"
 # stands in for mift_agent.py: prints what it was started with, exits 1 when told to
 AGENT_STANDIN = (
@@ -121,11 +123,20 @@ def test_torch_key_changes_with_what_torch_answers_depend_on(tmp_path: Path, mon
 def test_probe_skips_torch_when_the_controller_holds_the_answer_for_the_key(tmp_path: Path) -> None:
     probe = _probe_module()
     venv = _fake_venv(tmp_path)
-    fresh = probe.cmd_facts(tmp_path, None, venv, facts_dir=tmp_path)
+    fresh = probe.cmd_facts(tmp_path, None, venv, facts_dir=tmp_path, stack_dists=layout().stack_packages)
     assert "cached" not in fresh["torch"] and fresh["torch"]["key"] == probe.torch_key(venv)
-    again = probe.cmd_facts(tmp_path, None, venv, facts_dir=tmp_path, torch_known=fresh["torch"]["key"])
+    again = probe.cmd_facts(
+        tmp_path,
+        None,
+        venv,
+        facts_dir=tmp_path,
+        stack_dists=layout().stack_packages,
+        torch_known=fresh["torch"]["key"],
+    )
     assert again["torch"] == {"cached": True, "key": fresh["torch"]["key"]}
-    stale = probe.cmd_facts(tmp_path, None, venv, facts_dir=tmp_path, torch_known="0" * 32)
+    stale = probe.cmd_facts(
+        tmp_path, None, venv, facts_dir=tmp_path, stack_dists=layout().stack_packages, torch_known="0" * 32
+    )
     assert "cached" not in stale["torch"]
 
 
@@ -173,8 +184,12 @@ def test_the_facts_name_optional_kernels_apart_from_the_stack(tmp_path: Path):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(sys.executable)  # this machine's python: no liger-kernel here
-    facts = mift_probe.cmd_facts(tmp_path, None, venv, facts_dir=tmp_path)
-    assert set(facts["versions"]) == set(mift_probe.STACK_DISTS)
+    facts = mift_probe.cmd_facts(
+        tmp_path, None, venv, facts_dir=tmp_path, stack_dists=layout().stack_packages
+    )
+    assert set(facts["versions"]) == set(layout().stack_packages)
     assert facts["optional"] == {"liger_kernel": None}
-    none = mift_probe.cmd_facts(tmp_path, None, tmp_path / "no-venv", facts_dir=tmp_path)
+    none = mift_probe.cmd_facts(
+        tmp_path, None, tmp_path / "no-venv", facts_dir=tmp_path, stack_dists=layout().stack_packages
+    )
     assert none["versions"] is None and none["optional"] is None  # nothing asked: nothing claimed

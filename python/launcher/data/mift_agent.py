@@ -594,7 +594,7 @@ def node_check(run_dir: Path, expect: dict[str, Any], local: dict[str, dict[str,
         return f"{cli} not found: provision the node (ansible-playbook provision.yml)"
     wanted = expect.get("versions")
     if isinstance(wanted, dict) and wanted:
-        found = installed_versions(cli.parent.parent) or {}
+        found = installed_versions(cli.parent.parent, tuple(sorted(wanted))) or {}
         for dist in sorted(wanted):
             if str(found.get(dist)) != str(wanted[dist]):
                 return (

@@ -15,8 +15,8 @@ from ``ip -j addr``, the RDMA ports from ``/sys/class/infiniband``, the boot id;
 (firmware, ECC and PCIe). The versions and torch are asked in parallel. Never fails: the controller decides
 what the answers mean.
 
-    python3 - RUN_DIR --venv VENV --facts-dir DIR [--path OUTPUT_DIR] [--port PORT] [--checkpoints DIR]
-        [--require JSON] [--gpu-tools] < mift_probe.py
+    python3 - RUN_DIR --venv VENV --facts-dir DIR --dists D1,D2,.. [--path OUTPUT_DIR] [--port PORT]
+        [--checkpoints DIR] [--require JSON] [--gpu-tools] < mift_probe.py
 """
 
 from __future__ import annotations
@@ -274,19 +274,8 @@ def _port_free(port: int) -> bool:
     return True
 
 
-# the distributions of the stack_check role's probe (mift_stack_probe.py): read fresh by preflight, compared
-# with the provisioned fact
-STACK_DISTS = (
-    "torch",
-    "deepspeed",
-    "llamafactory",
-    "flash_attn",
-    "transformers",
-    "datasets",
-    "accelerate",
-    "peft",
-    "trl",
-)
+# the stack's distributions (the node layout's mift_defaults_stack_packages, which stack_check's probe
+# records) come as ``--dists`` from the launcher: read fresh by preflight, compared with the provisioned fact
 # optional kernel packages a plan may switch on (``plan_liger``: LLaMA-Factory's ``enable_liger_kernel``);
 # provisioning does not install them, preflight checks them where the shipped plan needs them
 OPTIONAL_DISTS = ("liger_kernel",)
@@ -303,14 +292,14 @@ print(json.dumps({d: v(d) for d in sys.argv[1:]}))
 """
 
 
-def installed_versions(venv: Path) -> dict[str, Any] | None:
-    """Return the versions of the stack's distributions installed in ``venv`` now (None: no venv python)."""
+def installed_versions(venv: Path, dists: tuple[str, ...]) -> dict[str, Any] | None:
+    """Return the versions of ``dists`` installed in ``venv`` now (None: no venv python)."""
     python = venv / "bin" / "python"
     if not os.access(python, os.X_OK):
         return None
     try:
         out = subprocess.run(
-            [str(python), "-I", "-c", _VERSIONS_SCRIPT, *STACK_DISTS, *OPTIONAL_DISTS],
+            [str(python), "-I", "-c", _VERSIONS_SCRIPT, *dists],
             capture_output=True,
             text=True,
             timeout=60,
@@ -447,6 +436,7 @@ def cmd_facts(
     torch_known: str | None = None,
     *,
     facts_dir: Path,
+    stack_dists: tuple[str, ...],
     required: tuple[Path, object] | None = None,
     with_gpu_tools: bool = False,
 ) -> dict[str, Any]:
@@ -462,7 +452,7 @@ def cmd_facts(
     key = torch_key(venv)
     ask_torch = key is None or key != torch_known
     with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two interpreters start at once
-        versions = pool.submit(installed_versions, venv)
+        versions = pool.submit(installed_versions, venv, (*stack_dists, *OPTIONAL_DISTS))
         torch = pool.submit(probe, venv) if ask_torch else None
         torch_answer = torch.result() if torch is not None else {"cached": True}
         return {
@@ -476,7 +466,7 @@ def cmd_facts(
             "python": sys.version.split()[0],
             "cpus": os.cpu_count(),
             "mem_total_bytes": _mem_total(),
-            "versions": _only(versions.result(), STACK_DISTS),
+            "versions": _only(versions.result(), stack_dists),
             "optional": _only(versions.result(), OPTIONAL_DISTS),
             "checkpoints": checkpoints(ckpt_dir) if ckpt_dir is not None else None,
             "missing": missing_paths(*required) if required is not None else None,
@@ -510,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     # the node layout's venv and facts folder come from the launcher (launcher/nodelayout.py): no copy here
     parser.add_argument("--venv", type=Path, required=True, help="the node venv")
     parser.add_argument("--facts-dir", type=Path, required=True, help="provisioning's local facts")
+    parser.add_argument("--dists", required=True, help="the stack's distributions, comma-separated")
     parser.add_argument("--checkpoints", type=Path, default=None, help="list the checkpoint-N folders here")
     parser.add_argument("--torch-known", default=None, help="torch_key of the answer the controller holds")
     parser.add_argument("--require", default=None, help="JSON list of the node paths the job needs")
@@ -530,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         ckpt,
         args.torch_known,
         facts_dir=args.facts_dir,
+        stack_dists=tuple(d for d in args.dists.split(",") if d),
         required=required,
         with_gpu_tools=args.gpu_tools,
     )

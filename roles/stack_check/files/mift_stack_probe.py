@@ -1,14 +1,15 @@
 """Probe the node Python stack and print one JSON object (stack_check role; run with the venv python).
 
 Reports torch (version, cuda available, HIP/CUDA versions, device count), the versions of the stack's
-distributions (None when absent), whether the imports work, and DeepSpeed's installed ops. With
-``--gpu-matmul`` (ROCm and CUDA nodes) it also multiplies a 512x512 float32 matrix on every visible GPU and
-compares the result with the CPU's, so that a GPU torch lists but cannot run kernels on is found before the
-first job.
+distributions (``--dists``, the node layout's list; None when absent), whether the imports work, and
+DeepSpeed's installed ops. With ``--gpu-matmul`` (ROCm and CUDA nodes) it also multiplies a 512x512 float32
+matrix on every visible GPU and compares the result with the CPU's, so that a GPU torch lists but cannot run
+kernels on is found before the first job.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.metadata as md
 import json
@@ -20,17 +21,6 @@ from typing import Any
 MATMUL_SIZE = 512
 MATMUL_TOLERANCE = 1e-2  # TF32/rocBLAS vs CPU float32 sums of 512 products of N(0,1) values
 
-DISTS = (
-    "torch",
-    "deepspeed",
-    "llamafactory",
-    "flash_attn",
-    "transformers",
-    "datasets",
-    "accelerate",
-    "peft",
-    "trl",
-)
 IMPORTS = {"deepspeed": "deepspeed", "llamafactory": "llamafactory", "flash_attn": "flash_attn"}
 
 
@@ -64,8 +54,9 @@ def gpu_matmul(torch: Any) -> list[dict[str, Any]]:  # noqa: ANN401 - the torch 
     return results
 
 
-def probe(*, matmul: bool = False) -> dict[str, Any]:
-    """Collect the stack's state."""
+def probe(dists: list[str], *, matmul: bool = False) -> dict[str, Any]:
+    """Collect the stack's state; ``dists``: the distributions whose versions are reported (the node layout's
+    ``mift_defaults_stack_packages``, passed by the role)."""
     warnings.filterwarnings("ignore")
     import torch  # noqa: PLC0415  (imported here so the probe reports, not crashes)
 
@@ -77,7 +68,7 @@ def probe(*, matmul: bool = False) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "device_count": int(torch.cuda.device_count()),
         "gpu_matmul": gpu_matmul(torch) if matmul and torch.cuda.is_available() else [],
-        "versions": {dist: _version(dist.replace("_", "-")) or _version(dist) for dist in DISTS},
+        "versions": {dist: _version(dist.replace("_", "-")) or _version(dist) for dist in dists},
         "imports": {},
     }
     for name, module in IMPORTS.items():
@@ -103,6 +94,17 @@ def probe(*, matmul: bool = False) -> dict[str, Any]:
     return out
 
 
-if __name__ == "__main__":
-    json.dump(probe(matmul="--gpu-matmul" in sys.argv[1:]), sys.stdout, sort_keys=True)
+def main(argv: list[str]) -> int:
+    """``mift_stack_probe.py --dists torch,deepspeed,... [--gpu-matmul]``: print the probe's JSON object."""
+    parser = argparse.ArgumentParser(prog="mift_stack_probe.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--dists", required=True, help="comma-separated distributions to report")
+    parser.add_argument("--gpu-matmul", action="store_true", help="one checked matmul per visible GPU")
+    args = parser.parse_args(argv)
+    dists = [d for d in args.dists.split(",") if d]
+    json.dump(probe(dists, matmul=args.gpu_matmul), sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
