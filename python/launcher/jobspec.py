@@ -529,7 +529,8 @@ def _problems(source: Path, err: ValidationError) -> list[Problem]:
         else:
             msg = str(item["msg"]).removeprefix("Value error, ")
             key, sep, rest = msg.partition(": ")
-            if not loc and sep and key in JobSpec.model_fields:  # a check across keys names the key at fault
+            # a check across keys names the key at fault (a nested one dotted: recovery.spares)
+            if not loc and sep and key.split(".")[0] in JobSpec.model_fields:
                 dotted, msg = key, rest
         problems.append(Problem(str(source), dotted, msg, rule))
     return problems
