@@ -875,6 +875,7 @@ class SpareNodesDouble:
     calls: list[tuple[str, dict[str, Any]]]
     launches = 0
     spare_down = False
+    spare_blind = False  # host3 does not see the shared output_dir's checkpoints (not shared after all)
     started: list[list[str]]  # the nodes of each launch
 
     def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
@@ -897,7 +898,10 @@ class SpareNodesDouble:
                     "preflight": {
                         **_facts("host1"),
                         "train_address": f"10.0.0.{h[-1]}",
-                        "probe": {**_facts("host1")["probe"], "checkpoints": ckpts},
+                        "probe": {
+                            **_facts("host1")["probe"],
+                            "checkpoints": [] if h == "host3" and SpareNodesDouble.spare_blind else ckpts,
+                        },
                         "play_hosts": hosts,
                     }
                 }
@@ -936,7 +940,7 @@ def _spares_job(lab: Path, name: str) -> Path:  # noqa: F811 - the lab fixture's
 
 def test_a_spare_takes_the_place_of_a_node_with_a_gpu_error(lab, monkeypatch, capsys):  # noqa: F811
     SpareNodesDouble.calls, SpareNodesDouble.launches, SpareNodesDouble.started = [], 0, []
-    SpareNodesDouble.spare_down = False
+    SpareNodesDouble.spare_down = SpareNodesDouble.spare_blind = False
     _patch_runner(monkeypatch, SpareNodesDouble)
     rc = cli(["run", str(_spares_job(lab, "spare")), "-i", str(lab / "hosts.ini")])
     out = capsys.readouterr().out
@@ -967,7 +971,7 @@ def test_a_spare_takes_the_place_of_a_node_with_a_gpu_error(lab, monkeypatch, ca
 
 def test_no_spare_passing_preflight_ends_the_run_saying_why_not_fewer_nodes(lab, monkeypatch, capsys):  # noqa: F811
     SpareNodesDouble.calls, SpareNodesDouble.launches, SpareNodesDouble.started = [], 0, []
-    SpareNodesDouble.spare_down = True
+    SpareNodesDouble.spare_down, SpareNodesDouble.spare_blind = True, False
     _patch_runner(monkeypatch, SpareNodesDouble)
     rc = cli(["run", str(_spares_job(lab, "nospare")), "-i", str(lab / "hosts.ini")])
     out = capsys.readouterr().out
@@ -975,8 +979,8 @@ def test_no_spare_passing_preflight_ends_the_run_saying_why_not_fewer_nodes(lab,
     record = json.loads(next((lab / "runs").glob("nospare-*/record.json")).read_text())
     assert record["status"] == "failed" and SpareNodesDouble.launches == 1
     assert set(record["excluded"]) == {"host2", "host3"}
-    assert "spare host3: excluded: host3: ssh: connect to host host3 port 22: No route to host" in out
-    assert "not retried: host2 is excluded and no spare passed preflight (host3: " in record["result_reason"]
+    assert "spare host3: excluded: ssh: connect to host host3 port 22: No route to host" in out
+    assert "no spare passed preflight (host3: ssh: connect to host host3" in record["result_reason"]
     assert "not continuing on 1 node(s)" in record["result_reason"]
 
 
@@ -989,3 +993,17 @@ def test_a_spares_group_missing_from_the_inventory_is_refused_in_one_line(lab, m
     assert (
         len(lines) == 1 and "recovery.spares: spares: no such host or group in the inventory" in lines[0]
     ), lines
+
+
+def test_a_spare_that_does_not_see_the_checkpoints_is_refused(lab, monkeypatch, capsys):  # noqa: F811
+    """output_shared: true, but host3 lacks checkpoint-4 that host1 sees: the folder is not shared."""
+    SpareNodesDouble.calls, SpareNodesDouble.launches, SpareNodesDouble.started = [], 0, []
+    SpareNodesDouble.spare_down, SpareNodesDouble.spare_blind = False, True
+    _patch_runner(monkeypatch, SpareNodesDouble)
+    assert cli(["run", str(_spares_job(lab, "blind")), "-i", str(lab / "hosts.ini")]) == 1
+    out = capsys.readouterr().out
+    assert SpareNodesDouble.launches == 1
+    assert (
+        "spare host3: excluded: does not see checkpoint-4 in /srv/shared/blind-" in out
+        and "which the others have: output_dir is not on a file system every node sees" in out
+    ), out

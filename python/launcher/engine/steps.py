@@ -326,7 +326,7 @@ def _next_plan(  # noqa: PLR0917 - the attempt loop's state
         requires=_node_paths(job, resume),
     )
     if spare is not None:
-        _spare_sees_checkpoints(facts, spare[1], previous.output_dir)
+        _check_spare(facts, spare[1], previous)
     step = last_common_checkpoint(facts)
     source = None
     if step is not None or resume is not None:  # `run --resume` without one: refused (nothing to resume)
@@ -343,15 +343,21 @@ def _next_plan(  # noqa: PLR0917 - the attempt loop's state
     return plan
 
 
-def _spare_sees_checkpoints(facts: NodeFacts, spare: str, output_dir: str) -> None:
-    """Refuse a spare that lacks a checkpoint the other nodes see: output_dir is not shared after all."""
+def _check_spare(facts: NodeFacts, spare: str, previous: RunPlan) -> None:
+    """Refuse a spare that would change the world size (another rank count per node) or lacks a checkpoint
+    the other nodes see (output_dir is not shared after all)."""
+    if facts.nproc_per_node != previous.facts.nproc_per_node:
+        raise ConfigurationError(
+            f"{spare}: {facts.nproc_per_node} ranks per node where the run has "
+            f"{previous.facts.nproc_per_node}: the world size would change"
+        )
     others = [set(facts.probe[h].get("checkpoints") or []) for h in facts.hosts if h != spare]
     theirs = set.intersection(*others) if others else set()
     lacking = theirs - set(facts.probe.get(spare, {}).get("checkpoints") or [])
     if lacking:
         raise ConfigurationError(
-            f"{spare}: does not see checkpoint-{max(lacking)} in {output_dir}, which the other nodes have: "
-            "output_dir is not on a file system every node sees (output_shared: true says it is)"
+            f"{spare}: does not see checkpoint-{max(lacking)} in {previous.output_dir}, which the others "
+            "have: output_dir is not on a file system every node sees (output_shared: true says it is)"
         )
 
 
@@ -380,10 +386,11 @@ def _with_spare(  # noqa: PLR0917 - the attempt loop's state
         except LauncherError as err:
             if runner.cancel_requested.is_set():
                 raise
-            tried[spare] = str(err)
-            excluded[spare] = f"failed preflight: {err}"
+            why = str(err).removeprefix(f"{spare}: ")
+            tried[spare] = why
+            excluded[spare] = f"failed preflight: {why}"
             run.update(excluded=dict(excluded))
-            print(f"spare {spare}: excluded: {err}", file=out, flush=True)
+            print(f"spare {spare}: excluded: {why}", file=out, flush=True)
             continue
         print(
             f"spare {spare} takes {gone}'s place (node rank {plan.hosts.index(spare)}); "
