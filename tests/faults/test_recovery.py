@@ -272,16 +272,25 @@ def _spares_inventory(rig_inventory: Path, path: Path) -> Path:
     return path
 
 
-def _shared_steps(run_id: str) -> list[int]:
-    """The steps rank 0 logged (every attempt appends), read in the shared output_dir on the controller."""
+def _shared_log(run_id: str) -> list[tuple[int, float | None]]:
+    """Rank 0's logged (step, loss) in order (every attempt appends), read in the shared output_dir on the
+    controller."""
     log = SHARED / run_id / "output" / "trainer_log.jsonl"
-    steps = []
+    logged: list[tuple[int, float | None]] = []
     for line in log.read_text().splitlines() if log.exists() else []:
         try:
-            steps.append(int(json.loads(line)["current_steps"]))
+            entry = json.loads(line)
+            loss = entry.get("loss")
+            logged.append(
+                (int(entry["current_steps"]), float(loss) if isinstance(loss, int | float) else None)
+            )
         except (ValueError, KeyError, TypeError):
             continue
-    return steps
+    return logged
+
+
+def _shared_steps(run_id: str) -> list[int]:
+    return [step for step, _ in _shared_log(run_id)]
 
 
 def test_spare_replaces_lost_node(tmp_path: Path, fault_record: dict[str, Any]) -> None:
@@ -341,12 +350,14 @@ def test_spare_replaces_lost_node(tmp_path: Path, fault_record: dict[str, Any]) 
     restart = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), len(steps))
     nodes = [line.strip() for line in status.stdout.splitlines() if re.match(r"\s+attempt \d", line)]
     said = [line for line in out.splitlines() if re.match(r"(spare |attempt \d|resuming from)", line)]
+    resumed = [f"{step}: {loss}" for step, loss in _shared_log(run_id)[restart:]]
     print(f"\n{name}: network cut at step {cut_at}\n" + "\n".join(said) + "\n" + "\n".join(nodes))
+    print(f"losses after the resume (step: loss): {', '.join(resumed[:3])} ... {', '.join(resumed[-2:])}")
     fault_record["observed"] = (
         f"cut at step {cut_at}; launcher exit {proc.returncode}, status {rec.get('status')}; attempts: "
         f"{'; '.join(_attempts(rec))}; excluded {rec.get('excluded')}; replaced "
         f"{attempts[-1].get('replaced') if attempts else None}; rank 0's steps after the resume "
-        f"{steps[restart : restart + 2]}...{steps[-1:]}"
+        f"{steps[restart : restart + 2]}...{steps[-1:]}; losses {', '.join(resumed[:1] + resumed[-1:])}"
     )
     assert proc.returncode == 0, out[-4000:]
     assert rec.get("status") == "succeeded", rec.get("timeline")
