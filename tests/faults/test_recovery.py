@@ -350,7 +350,7 @@ def test_spare_replaces_lost_node(tmp_path: Path, fault_record: dict[str, Any]) 
     restart = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), len(steps))
     nodes = [line.strip() for line in status.stdout.splitlines() if re.match(r"\s+attempt \d", line)]
     said = [line for line in out.splitlines() if re.match(r"(spare |attempt \d|resuming from)", line)]
-    resumed = [f"{step}: {loss}" for step, loss in _shared_log(run_id)[restart:]]
+    resumed = [f"{step}: {loss:.6f}" for step, loss in _shared_log(run_id)[restart:] if loss is not None]
     print(f"\n{name}: network cut at step {cut_at}\n" + "\n".join(said) + "\n" + "\n".join(nodes))
     print(f"losses after the resume (step: loss): {', '.join(resumed[:3])} ... {', '.join(resumed[-2:])}")
     fault_record["observed"] = (
