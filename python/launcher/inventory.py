@@ -176,3 +176,24 @@ def check_hosts(spec: JobSpec, inventory: Path | None, source: Path) -> None:
             continue  # a pattern (wildcard, exclusion, ...): preflight says when it matches nothing
         if name not in hosts and name not in groups:
             raise ConfigurationError(f"{source}: hosts: {name}: no such {kind} in the inventory {inv}")
+    spares = spec.recovery.spares
+    for name in (p.strip() for p in (spares or "").split(",") if p.strip()):
+        if PLAIN_NAME_RE.match(name) and name not in hosts and name not in groups:
+            raise ConfigurationError(
+                f"{source}: recovery.spares: {name}: no such host or group in the inventory {inv}"
+            )
+
+
+def spare_hosts(spec: JobSpec, inventory: Path | None) -> list[str]:
+    """Return the hosts of the job's ``recovery.spares`` (groups expanded, inventory order; none: [])."""
+    if not spec.recovery.spares:
+        return []
+    inv = inventory or default_inventory()
+    data = inventory_list(inv) if inv is not None else {}
+    members = group_members(data)
+    found: list[str] = []
+    for name in (p.strip() for p in spec.recovery.spares.split(",") if p.strip()):
+        for host in members.get(name, [name]):
+            if host not in found:
+                found.append(host)
+    return found

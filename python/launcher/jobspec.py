@@ -62,6 +62,9 @@ class RecoveryPolicy(_Strict):
     same_failure_limit: Annotated[int, Field(ge=2, le=100)] = recovery.DEFAULT_SAME_FAILURE_LIMIT
     # out of memory under plan: auto/probe: the next attempt runs the next plan that fits with a larger margin
     replan_oom: bool = recovery.DEFAULT_REPLAN_OOM
+    # an inventory group (or host list) of spare nodes: one takes the place of a node a failure excludes
+    # (launcher.recovery.excluded_after); needs output_shared (docs/launcher.md "Spares")
+    spares: str | None = None
 
     @field_validator("retry_on")
     @classmethod
@@ -287,6 +290,9 @@ class JobSpec(_Strict):
     env: dict[str, str | int | float | bool] = Field(default_factory=dict)
     # node path; relative paths are inside the node run directory /var/lib/mift/runs/<run_id>/
     output_dir: str = "output"
+    # output_dir (absolute) is on a file system every node sees (NFS, Lustre): every rank writes its shards of
+    # one checkpoint there, and a node that replaces a lost one reads them (docs/launcher.md "Spares")
+    output_shared: bool = False
     resume: bool | str = False
     poll_interval_s: Annotated[float, Field(ge=0.5, le=60)] = 2.0
     timeouts: Timeouts = Field(default_factory=Timeouts)
@@ -349,6 +355,30 @@ class JobSpec(_Strict):
         if self.resume is True and not self.output_dir.startswith("/"):
             raise ValueError(
                 "resume: needs an absolute output_dir (a relative one is a fresh directory per run)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _spares_need_shared_checkpoints(self) -> JobSpec:
+        if self.output_shared and not self.output_dir.startswith("/"):
+            raise ValueError(
+                "output_shared: needs an absolute output_dir on the shared file system (a relative one is "
+                "inside each node's own run directory)"
+            )
+        if self.recovery.spares is None:
+            return self
+        if not self.output_shared:
+            raise ValueError(
+                "recovery.spares: the checkpoints would be on node-local disks (output_dir "
+                f"{self.output_dir}), and a lost node's ZeRO shards die with it, so no spare could resume; "
+                "put output_dir on a file system every node sees and set output_shared: true"
+            )
+        if self.recovery.max_restarts == 0:
+            raise ValueError("recovery.spares: recovery is off (recovery.max_restarts: 0): no spare is used")
+        if self.stage.items():
+            raise ValueError(
+                "recovery.spares: a spare would lack the folders the job stages (stage:); not supported yet: "
+                "put the model and dataset on every node and spare beforehand and drop stage:"
             )
         return self
 
@@ -499,7 +529,8 @@ def _problems(source: Path, err: ValidationError) -> list[Problem]:
         else:
             msg = str(item["msg"]).removeprefix("Value error, ")
             key, sep, rest = msg.partition(": ")
-            if not loc and sep and key in JobSpec.model_fields:  # a check across keys names the key at fault
+            # a check across keys names the key at fault (a nested one dotted: recovery.spares)
+            if not loc and sep and key.split(".")[0] in JobSpec.model_fields:
                 dotted, msg = key, rest
         problems.append(Problem(str(source), dotted, msg, rule))
     return problems

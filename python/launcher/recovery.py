@@ -26,6 +26,12 @@ Failure kinds (``FAILURE_KINDS``):
 * ``incomplete_output`` -- every trainer ended but the first node's output_dir lacks the results.
 * ``timeout`` -- the job spec's ``timeouts.job_s`` was reached.
 
+Spares (``recovery.spares``, an inventory group, docs/launcher.md "Spares"): :func:`excluded_after` says which
+node a failure excludes for the rest of the run (lost, a GPU error, or a second stall on it);
+:func:`spare_candidates` lists the spares that may take its place, in inventory order; the engine preflights
+the new node set with each in turn and the first that passes takes the excluded node's rank slots. None
+passes: :func:`fewer_nodes_line` says, in one line, why the run does not go on with fewer nodes.
+
 ``NEVER_RETRIED``: a bad config and a validation or preflight failure are never retried (they cannot be named
 in ``retry_on``): the same input fails the same way. Nor is ``socket_fallback``: the collectives fell back to
 TCP sockets at run time where RDMA was expected and ``fabric.socket_fallback`` is ``fail``
@@ -70,6 +76,10 @@ DEFAULT_SAME_FAILURE_LIMIT = 2
 # an out-of-memory failure of a plan the launcher chose (plan: auto/probe) is re-planned with a larger margin:
 # a long run should not end because the planner's estimate was low when a smaller split of the same batch fits
 DEFAULT_REPLAN_OOM = True
+# failures that exclude their node for the rest of the run (with recovery.spares): a lost node or a broken GPU
+# at once; a stall the second time on the same node (one stall may be the job's; two on one node, the node's)
+EXCLUDE_AT_ONCE: tuple[str, ...] = ("node_lost", "gpu_error")
+EXCLUDE_ON_REPEAT: tuple[str, ...] = ("stall",)
 # a kind that retry_on cannot name, and why (the job spec refuses it in one line)
 NOT_IN_RETRY_ON: dict[str, str] = {
     "oom": "out of memory is never retried as is (the same plan runs out again); with plan: auto, "
@@ -279,4 +289,54 @@ def _decide_oom(policy: PolicyLike, restarts: int, *, replan: bool) -> Decision:
         f"re-planning: out of memory under plan: auto, the next plan that fits with a larger margin; "
         f"restart {restarts + 1} of {policy.max_restarts} in {policy.backoff_s:g} s",
         policy.backoff_s,
+    )
+
+
+def excluded_after(failure: Failure, earlier: Sequence[Failure]) -> str | None:
+    """Return the node ``failure`` excludes for the rest of the run, or None.
+
+    A node that was lost (``node_lost``) or broke a GPU (``gpu_error``) is excluded at once; one that stalled
+    (``stall`` blamed on it) the second time, at any distance (``earlier``: the earlier attempts' failures).
+    A failure blamed on no node excludes none.
+    """
+    if not failure.host:
+        return None
+    if failure.kind in EXCLUDE_AT_ONCE:
+        return failure.host
+    if failure.kind in EXCLUDE_ON_REPEAT and any(old.key == failure.key for old in earlier):
+        return failure.host
+    return None
+
+
+def spare_candidates(spares: Sequence[str], in_use: Sequence[str], excluded: Sequence[str]) -> list[str]:
+    """Return the spares that may replace an excluded node, in inventory order: those neither running the
+    job nor excluded (a spare that failed its preflight is excluded too)."""
+    return [h for h in spares if h not in in_use and h not in excluded]
+
+
+def replace_host(hosts: Sequence[str], gone: str, spare: str) -> list[str]:
+    """Return ``hosts`` (rank order) with ``spare`` in ``gone``'s place: the same node rank and ranks."""
+    return [spare if h == gone else h for h in hosts]
+
+
+def fewer_nodes_line(gone: str, hosts: Sequence[str], nproc_per_node: int, tried: Mapping[str, str]) -> str:
+    """Return the one line that ends a run which lost ``gone`` and has no spare that passed preflight.
+
+    The launcher does not go on with fewer nodes: the same global batch on fewer ranks would resume a ZeRO
+    checkpoint written by ``len(hosts) * nproc_per_node`` ranks on fewer, which needs DeepSpeed's universal
+    checkpoint conversion (``ds_to_universal``) that the launcher does not do (docs/launcher.md "Spares").
+    ``tried``: spare -> why it did not pass (none configured or left: empty).
+    """
+    spares = (
+        "no spare passed preflight (" + "; ".join(f"{h}: {why}" for h, why in tried.items()) + ")"
+        if tried
+        else "no spare left in recovery.spares"
+    )
+    ranks = len(hosts) * nproc_per_node
+    fewer = (len(hosts) - 1) * nproc_per_node
+    return (
+        f"not retried: {gone} is excluded and {spares}; not continuing on {len(hosts) - 1} node(s): the "
+        f"checkpoint was written by {ranks} ranks, and the launcher resumes only at the world size it was "
+        f"written with (a ZeRO checkpoint on {fewer} ranks needs DeepSpeed's universal checkpoint "
+        "conversion, not done here)"
     )

@@ -142,9 +142,12 @@ def attempt_lines(record: dict[str, Any]) -> list[str]:
         why = f" {a['kind']}:" if a.get("kind") else ""
         why += f" {a['reason']}" if a.get("reason") else ""
         decision = f" -> {a['decision']}" if a.get("decision") else ""
+        replaced = a.get("replaced") if isinstance(a.get("replaced"), dict) else None
+        spare = "".join(f" ({n} in {o}'s place)" for o, n in (replaced or {}).items())
+        nodes = f"{','.join(a.get('hosts') or []) or '-'}{spare}"
         lines.append(
             f"  attempt {a.get('attempt')}  {a.get('state')}  {start}-{stop}  nodes "
-            f"{','.join(a.get('hosts') or []) or '-'}  {frm}{_plan_words(a.get('plan'))}{why}{decision}"
+            f"{nodes}  {frm}{_plan_words(a.get('plan'))}{why}{decision}"
         )
     return lines
 

@@ -1,24 +1,35 @@
 """Recovery (issue 28) on the test hosts: a run whose trainer is killed resumes by itself from the last
 checkpoint complete on every node and finishes, with the losses of an uninterrupted run; a run out of retries
-ends ``failed`` listing every attempt; a failure of the job itself is never retried.
+ends ``failed`` listing every attempt; a failure of the job itself is never retried; a node whose network is
+cut is excluded and a spare takes its place.
 
 The uninterrupted reference run (the same job, seed and checkpoints, nothing injected) is made once per module
-and shared: its per-step losses are what the recovered run's losses are compared with.
+and shared: its per-step losses are what the recovered run's losses are compared with. The spare case runs on
+3 hosts of its own rig (``FAULTS_SPARES_RIG_ID``, default 7) sharing one folder (the output_dir on a shared
+file system that spares need), taken down after it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
+import shutil
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from mift_testsupport.cluster import Cluster
+from mift_testsupport.image import provisioned_rig
 from mift_testsupport.launcher import finish
+from mift_testsupport.rig import rig_id_from_env
 
-from .test_watchdog import ENV, INJECT_DIR, _install_injection
+from .conftest import JOBS
+from .test_watchdog import ENV, INJECT, INJECT_DIR, _install_injection
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -31,6 +42,9 @@ FAST = {"backoff_s": 1}  # the suite's retries wait 1 s, not the default 30
 # DOUBLE), so step 6 stays the last logged long enough for the kill from outside to land there; the losses
 # are not touched, and the reference run gets the same environment
 SLOW_ENV = {**ENV, "PYTHONPATH": INJECT_DIR, "MIFT_FAULTS_SLOW_STEPS": f"{KILL_AT + 1}:8"}
+# the spare case: 2 trainers and 1 spare of their own rig, the output_dir in a folder all 3 share
+SPARES_RIG_ID = rig_id_from_env("FAULTS_SPARES_RIG_ID", 7)
+SHARED = Path(f"/srv/mift{SPARES_RIG_ID}-shared")  # the same path on the controller and in every host
 
 
 def _losses(cluster: Cluster, run_id: str) -> tuple[list[int], dict[int, float]]:
@@ -247,3 +261,114 @@ def test_failure_of_the_job_itself_is_never_retried(cluster: Cluster, fault_reco
     assert rec.get("status") == "failed" and len(attempts) == 1, attempts
     assert attempts[0].get("kind") == "trainer_error", attempts[0]
     assert "not retried: trainer_error is not in recovery.retry_on" in out.stdout, out.stdout[-3000:]
+
+
+def _spares_inventory(rig_inventory: Path, path: Path) -> Path:
+    """The rig's inventory with host3 moved from ``trainers`` to the group ``spares``."""
+    data = yaml.safe_load(rig_inventory.read_text())
+    groups = data["all"]["children"]
+    groups["spares"] = {"hosts": {"host3": groups["trainers"]["hosts"].pop("host3")}}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _shared_log(run_id: str) -> list[tuple[int, float | None]]:
+    """Rank 0's logged (step, loss) in order (every attempt appends), read in the shared output_dir on the
+    controller."""
+    log = SHARED / run_id / "output" / "trainer_log.jsonl"
+    logged: list[tuple[int, float | None]] = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        try:
+            entry = json.loads(line)
+            loss = entry.get("loss")
+            logged.append(
+                (int(entry["current_steps"]), float(loss) if isinstance(loss, int | float) else None)
+            )
+        except (ValueError, KeyError, TypeError):
+            continue
+    return logged
+
+
+def _shared_steps(run_id: str) -> list[int]:
+    return [step for step, _ in _shared_log(run_id)]
+
+
+def test_spare_replaces_lost_node(tmp_path: Path, fault_record: dict[str, Any]) -> None:
+    """Cut host2's network at step 6: host2 is excluded, the spare host3 passes preflight and takes its rank
+    slots, and the run resumes from checkpoint-4 in the shared output_dir and reaches 40/40."""
+    fault_record.update(
+        case="recovery-spare-replaces-lost-node",
+        group="6 recovery",
+        input=f"3 hosts of their own rig (trainers host1, host2; inventory group spares: host3), output_dir "
+        f"in a folder all share (output_shared: true), recovery.spares: spares, backoff 1 s; a {STEPS}-step "
+        f"job, checkpoints every {SAVE_STEPS}; `ip link set eth0 down` in host2's namespace at step "
+        f"{KILL_AT}",
+        expected=f"attempt 1 fails node_lost on host2; host2 excluded; host3 passes preflight and runs in "
+        f"host2's place (node rank 1); attempt 2 on host1,host3 resumes from checkpoint-4 and reaches "
+        f"{STEPS}/{STEPS}, exit 0; the record and the final report list the nodes of each attempt",
+    )
+    shutil.rmtree(SHARED, ignore_errors=True)  # this rig's own folder, from an earlier run
+    SHARED.mkdir(parents=True)
+    with provisioned_rig(SPARES_RIG_ID, 3, log=tmp_path / "image.log", shared_dir=str(SHARED)) as rig:
+        cluster = Cluster(rig, tmp_path, real_backend=False, base=JOBS)
+        for host in (1, 2, 3):  # the slow 7th step (a TEST DOUBLE) lets the cut land at step 6
+            cluster.ssh(
+                host,
+                f"mkdir -p {INJECT_DIR} && printf %s {shlex.quote(INJECT.read_text())} > "
+                f"{INJECT_DIR}/sitecustomize.py",
+            )
+        inventory = _spares_inventory(rig.inventory, tmp_path / "spares.yml")
+        name = "faults-rec-spare"
+        job = cluster.job(
+            name,
+            max_steps=STEPS,
+            save_steps=SAVE_STEPS,
+            recovery={**FAST, "spares": "spares"},
+            output_dir=f"{SHARED}/{{run_id}}/output",
+            output_shared=True,
+            env=SLOW_ENV,
+        )
+        proc, log = cluster.start("run", str(job), "-i", str(inventory))
+        run_id = _run_id(cluster, name, proc)
+        ns = f"mift{SPARES_RIG_ID}h2"
+        deadline = time.monotonic() + 900
+        while not (_shared_steps(run_id)[-1:] and _shared_steps(run_id)[-1] >= KILL_AT):
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                f"no step {KILL_AT} (rc {proc.poll()})"
+            )
+            time.sleep(0.3)
+        cut_at = _shared_steps(run_id)[-1]
+        subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
+        try:
+            out = finish(proc, log, timeout=1200)
+        finally:
+            subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
+        rec = cluster.record(name)
+        status = cluster.run("status", run_id, timeout=300)
+    attempts = rec.get("attempts") or []
+    steps = _shared_steps(run_id)
+    restart = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), len(steps))
+    nodes = [line.strip() for line in status.stdout.splitlines() if re.match(r"\s+attempt \d", line)]
+    said = [line for line in out.splitlines() if re.match(r"(spare |attempt \d|resuming from)", line)]
+    resumed = [f"{step}: {loss:.6f}" for step, loss in _shared_log(run_id)[restart:] if loss is not None]
+    print(f"\n{name}: network cut at step {cut_at}\n" + "\n".join(said) + "\n" + "\n".join(nodes))
+    print(f"losses after the resume (step: loss): {', '.join(resumed[:3])} ... {', '.join(resumed[-2:])}")
+    fault_record["observed"] = (
+        f"cut at step {cut_at}; launcher exit {proc.returncode}, status {rec.get('status')}; attempts: "
+        f"{'; '.join(_attempts(rec))}; excluded {rec.get('excluded')}; replaced "
+        f"{attempts[-1].get('replaced') if attempts else None}; rank 0's steps after the resume "
+        f"{steps[restart : restart + 2]}...{steps[-1:]}; losses {', '.join(resumed[:1] + resumed[-1:])}"
+    )
+    assert proc.returncode == 0, out[-4000:]
+    assert rec.get("status") == "succeeded", rec.get("timeline")
+    assert len(attempts) == 2, attempts
+    assert (attempts[0].get("kind"), attempts[0].get("failed_host")) == ("node_lost", "host2"), attempts[0]
+    assert attempts[0].get("hosts") == ["host1", "host2"], attempts[0]
+    assert attempts[1].get("hosts") == ["host1", "host3"], attempts[1]
+    assert attempts[1].get("replaced") == {"host2": "host3"}, attempts[1]
+    assert "host2" in (rec.get("excluded") or {}), rec.get("excluded")
+    resume = attempts[1].get("resume_step")
+    assert cut_at == KILL_AT and resume == SAVE_STEPS, (cut_at, resume)
+    assert steps[restart] == resume + 1 and steps[-1] == STEPS, steps
+    assert "spare host3 takes host2's place (node rank 1)" in out, out[-3000:]
+    assert len(nodes) == 2 and "host1,host3 (host3 in host2's place)" in nodes[1], status.stdout

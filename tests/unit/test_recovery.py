@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from test_engine_defects import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 from test_plan_wiring import SHAPE_8B
 
@@ -738,3 +739,271 @@ def test_out_of_memory_every_time_shrinks_the_plan_until_nothing_fits_then_stops
     assert [ln for ln in out.splitlines() if ln.startswith(f"attempt {len(plans)} failed")] == [
         f"attempt {len(plans)} failed (oom on host1): {last}"
     ]
+
+
+# --- spares: exclusion, the spare's choice, the refusals, the fewer-nodes line -----------------------------
+
+
+def _failure(kind: str, host: str = "host2") -> Failure:
+    return Failure(kind, host, f"{host}: {kind}")
+
+
+@pytest.mark.parametrize("kind", ["node_lost", "gpu_error"])
+def test_a_lost_node_or_a_gpu_error_excludes_the_node_at_once(kind: str):
+    assert recovery.excluded_after(_failure(kind), []) == "host2"
+
+
+def test_a_stall_excludes_the_node_only_the_second_time_on_it():
+    assert recovery.excluded_after(_failure("stall"), []) is None
+    assert recovery.excluded_after(_failure("stall"), [_failure("stall", "host1")]) is None
+    # not in a row: a signal in between does not reset what the node did before
+    earlier = [_failure("stall"), _failure("trainer_signal", "host1")]
+    assert recovery.excluded_after(_failure("stall"), earlier) == "host2"
+
+
+@pytest.mark.parametrize("kind", ["trainer_signal", "trainer_error", "oom", "start_failed"])
+def test_a_failure_of_the_job_or_its_process_excludes_no_node(kind: str):
+    assert recovery.excluded_after(_failure(kind), [_failure(kind)]) is None
+
+
+def test_a_failure_blamed_on_no_node_excludes_none():
+    assert (
+        recovery.excluded_after(Failure("stall", "", "every node at step 6"), [_failure("stall", "")]) is None
+    )
+
+
+def test_spares_are_tried_in_inventory_order_skipping_those_in_use_or_excluded():
+    spares = ["host3", "host4", "host1", "host5"]
+    assert recovery.spare_candidates(spares, ["host1", "host2"], ["host2", "host4"]) == ["host3", "host5"]
+    assert recovery.spare_candidates([], ["host1"], []) == []
+
+
+def test_the_spare_takes_the_excluded_nodes_rank_slot():
+    assert recovery.replace_host(["host1", "host2", "host4"], "host2", "host3") == ["host1", "host3", "host4"]
+
+
+def test_no_spare_left_ends_with_one_line_saying_why_not_fewer_nodes():
+    line = recovery.fewer_nodes_line("host2", ["host1", "host2"], 2, {})
+    assert "\n" not in line
+    assert line.startswith("not retried: host2 is excluded and no spare left in recovery.spares; ")
+    assert "not continuing on 1 node(s): the checkpoint was written by 4 ranks" in line
+    assert "on 2 ranks needs DeepSpeed's universal checkpoint conversion, not done here" in line
+    tried = recovery.fewer_nodes_line("host2", ["host1", "host2"], 2, {"host3": "host3: unreachable"})
+    assert "no spare passed preflight (host3: host3: unreachable)" in tried
+
+
+def _spares_spec(tmp_path: Path, **extra: Any) -> None:
+    parse_job_spec({"name": "j", "train_config": "t.yaml", **extra}, tmp_path / "job.yaml")
+
+
+@pytest.mark.parametrize(
+    ("extra", "where", "message"),
+    [
+        (
+            {"recovery": {"spares": "spares"}},
+            "recovery.spares",
+            "recovery.spares: the checkpoints would be on node-local disks (output_dir output), and a lost "
+            "node's ZeRO shards die with it, so no spare could resume; put output_dir on a file system every "
+            "node sees and set output_shared: true",
+        ),
+        (
+            {"output_shared": True},
+            "output_shared",
+            "output_shared: needs an absolute output_dir on the shared file system",
+        ),
+        (
+            {
+                "recovery": {"spares": "spares", "max_restarts": 0},
+                "output_shared": True,
+                "output_dir": "/s/o",
+            },
+            "recovery.spares",
+            "recovery.spares: recovery is off (recovery.max_restarts: 0)",
+        ),
+        (
+            {
+                "recovery": {"spares": "spares"},
+                "output_shared": True,
+                "output_dir": "/s/{run_id}",
+                "stage": {"model": {"controller": "/m"}},
+            },
+            "recovery.spares",
+            "recovery.spares: a spare would lack the folders the job stages (stage:); not supported yet",
+        ),
+    ],
+)
+def test_job_spec_refuses_a_spares_policy_that_cannot_work_in_one_line(
+    tmp_path: Path, extra: dict[str, Any], where: str, message: str
+):
+    with pytest.raises(ConfigurationError) as err:
+        _spares_spec(tmp_path, **extra)
+    (problem,) = err.value.problems
+    assert problem.key == where and message in f"{problem.key}: {problem.message}", problem
+    assert "\n" not in problem.message
+
+
+def test_job_spec_accepts_spares_with_a_shared_output_dir(tmp_path: Path):
+    spec = parse_job_spec(
+        {
+            "name": "j",
+            "train_config": "t.yaml",
+            "recovery": {"spares": "spares"},
+            "output_shared": True,
+            "output_dir": "/srv/shared/{run_id}/output",
+        },
+        tmp_path / "job.yaml",
+    )
+    assert spec.recovery.spares == "spares" and spec.output_shared
+
+
+def test_attempt_lines_say_which_spare_took_whose_place():
+    record = {
+        "attempts": [
+            {**RECORD["attempts"][0], "kind": "node_lost"},
+            {**RECORD["attempts"][1], "hosts": ["host1", "host3"], "replaced": {"host2": "host3"}},
+        ]
+    }
+    lines = attempt_lines(record)
+    assert "nodes host1,host3 (host3 in host2's place)  from checkpoint-4" in lines[1]
+
+
+class SpareNodesDouble:
+    """Test double of PlaybookRunner: trainers host1, host2 and the spare host3 (the inventory's ``spares``)
+    on a shared output_dir. The first attempt fails with a GPU error on host2 (checkpoint-4 complete); later
+    attempts finish. ``spare_down``: host3 is unreachable (its preflight fails)."""
+
+    calls: list[tuple[str, dict[str, Any]]]
+    launches = 0
+    spare_down = False
+    spare_blind = False  # host3 does not see the shared output_dir's checkpoints (not shared after all)
+    started: list[list[str]]  # the nodes of each launch
+
+    def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
+        self.cancel_requested = threading.Event()
+        private_data_dir.mkdir(parents=True, exist_ok=True)
+
+    def run(self, playbook: str, extravars: dict[str, Any], **_: Any) -> PlaybookResult:
+        SpareNodesDouble.calls.append((playbook, extravars))
+        hosts = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+        result = PlaybookResult(playbook=playbook, rc=0, status="successful")
+        if playbook == "preflight":
+            if SpareNodesDouble.spare_down and "host3" in hosts:
+                result.rc, result.status = 4, "failed"
+                result.unreachable = ["host3"]
+                result.failures = {"host3": "ssh: connect to host host3 port 22: No route to host"}
+                return result
+            ckpts = [4] if SpareNodesDouble.launches else []
+            result.reports = {
+                h: {
+                    "preflight": {
+                        **_facts("host1"),
+                        "train_address": f"10.0.0.{h[-1]}",
+                        "probe": {
+                            **_facts("host1")["probe"],
+                            "checkpoints": [] if h == "host3" and SpareNodesDouble.spare_blind else ckpts,
+                        },
+                        "play_hosts": hosts,
+                    }
+                }
+                for h in hosts
+            }
+        elif playbook == "launch":
+            SpareNodesDouble.launches += 1
+            SpareNodesDouble.started.append(hosts)
+            result.reports = {h: {"start": {"ok": True, "state": "running"}} for h in hosts}
+        elif playbook == "poll":
+            running = SpareNodesDouble.started[-1]
+            if SpareNodesDouble.launches == 1:
+                broken = {"state": "failed", "rc": -15, "gpu_fault": "GPU 3: uncorrectable ECC errors rose"}
+                nodes = {"host1": {"state": "running"}, "host2": broken}
+            else:
+                nodes = {
+                    h: {"state": "finished", "rc": 0, "outputs_complete": i == 0}
+                    for i, h in enumerate(running)
+                }
+            result.reports = {h: {"status": n} for h, n in nodes.items()}
+        return result
+
+
+def _spares_job(lab: Path, name: str) -> Path:  # noqa: F811 - the lab fixture's folder
+    (lab / "hosts.ini").write_text("[trainers]\nhost1\nhost2\n\n[spares]\nhost3\n")
+    return _job(
+        lab,
+        name,
+        "plain.yaml",
+        poll_interval_s=0.5,
+        recovery={"backoff_s": 0, "spares": "spares"},
+        output_shared=True,
+        output_dir="/srv/shared/{run_id}/output",
+    )
+
+
+def test_a_spare_takes_the_place_of_a_node_with_a_gpu_error(lab, monkeypatch, capsys):  # noqa: F811
+    SpareNodesDouble.calls, SpareNodesDouble.launches, SpareNodesDouble.started = [], 0, []
+    SpareNodesDouble.spare_down = SpareNodesDouble.spare_blind = False
+    _patch_runner(monkeypatch, SpareNodesDouble)
+    rc = cli(["run", str(_spares_job(lab, "spare")), "-i", str(lab / "hosts.ini")])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    record = json.loads(next((lab / "runs").glob("spare-*/record.json")).read_text())
+    first, second = record["attempts"]
+    assert (first["kind"], first["failed_host"], first["hosts"]) == ("gpu_error", "host2", ["host1", "host2"])
+    assert "host2 excluded, spare host3 next (of host3)" in first["decision"]
+    assert (second["hosts"], second["replaced"], second["resume_step"]) == (
+        ["host1", "host3"],
+        {"host2": "host3"},
+        4,
+    )
+    assert list(record["excluded"]) == ["host2"]
+    assert SpareNodesDouble.started == [["host1", "host2"], ["host1", "host3"]]
+    # the spare's preflight ran with the survivor, and listed the shared output_dir's checkpoints
+    second_preflight = [v for name, v in SpareNodesDouble.calls if name == "preflight"][1]
+    assert second_preflight["mift_hosts"] == "host1,host3"
+    assert second_preflight["mift_checkpoints_of"].startswith("/srv/shared/spare-")
+    assert "spare host3 takes host2's place (node rank 1); nodes: host1, host3" in out
+    # on shared storage the ranks write one checkpoint: no per-node copies
+    train = yaml.safe_load(
+        lab.joinpath("runs").glob("spare-*").__next__().joinpath("files", "host3", "train.yaml").read_text()
+    )
+    assert "save_on_each_node" not in train
+    assert train["resume_from_checkpoint"].endswith("/output/checkpoint-4")
+
+
+def test_no_spare_passing_preflight_ends_the_run_saying_why_not_fewer_nodes(lab, monkeypatch, capsys):  # noqa: F811
+    SpareNodesDouble.calls, SpareNodesDouble.launches, SpareNodesDouble.started = [], 0, []
+    SpareNodesDouble.spare_down, SpareNodesDouble.spare_blind = True, False
+    _patch_runner(monkeypatch, SpareNodesDouble)
+    rc = cli(["run", str(_spares_job(lab, "nospare")), "-i", str(lab / "hosts.ini")])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    record = json.loads(next((lab / "runs").glob("nospare-*/record.json")).read_text())
+    assert record["status"] == "failed" and SpareNodesDouble.launches == 1
+    assert set(record["excluded"]) == {"host2", "host3"}
+    assert "spare host3: excluded: ssh: connect to host host3 port 22: No route to host" in out
+    assert "no spare passed preflight (host3: ssh: connect to host host3" in record["result_reason"]
+    assert "not continuing on 1 node(s)" in record["result_reason"]
+
+
+def test_a_spares_group_missing_from_the_inventory_is_refused_in_one_line(lab, monkeypatch, capsys):  # noqa: F811
+    _patch_runner(monkeypatch, SpareNodesDouble)
+    job = _spares_job(lab, "nogroup")
+    (lab / "hosts.ini").write_text("[trainers]\nhost1\nhost2\n")
+    assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert (
+        len(lines) == 1 and "recovery.spares: spares: no such host or group in the inventory" in lines[0]
+    ), lines
+
+
+def test_a_spare_that_does_not_see_the_checkpoints_is_refused(lab, monkeypatch, capsys):  # noqa: F811
+    """output_shared: true, but host3 lacks checkpoint-4 that host1 sees: the folder is not shared."""
+    SpareNodesDouble.calls, SpareNodesDouble.launches, SpareNodesDouble.started = [], 0, []
+    SpareNodesDouble.spare_down, SpareNodesDouble.spare_blind = False, True
+    _patch_runner(monkeypatch, SpareNodesDouble)
+    assert cli(["run", str(_spares_job(lab, "blind")), "-i", str(lab / "hosts.ini")]) == 1
+    out = capsys.readouterr().out
+    assert SpareNodesDouble.launches == 1
+    assert (
+        "spare host3: excluded: does not see checkpoint-4 in /srv/shared/blind-" in out
+        and "which the others have: output_dir is not on a file system every node sees" in out
+    ), out

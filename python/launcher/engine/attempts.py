@@ -43,6 +43,11 @@ def planned(run: RunDir, plan: RunPlan) -> None:
     _update_last(run, **fields)
 
 
+def note(run: RunDir, **fields: Any) -> None:  # noqa: ANN401 - JSON values
+    """Add ``fields`` to the current attempt's entry (a spare's place: ``replaced``)."""
+    _update_last(run, **fields)
+
+
 def plan_brief(training: TrainingPlan) -> dict[str, Any]:
     """Return what an attempt's record keeps of its training plan (``plan: auto``): the split, the offload
     and the margin it was chosen with, so that a re-planned attempt shows what changed."""

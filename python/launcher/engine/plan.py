@@ -201,9 +201,10 @@ def _configs(
         )
         train["overwrite_output_dir"] = False
     train["output_dir"] = output_dir
-    if len(facts.hosts) > 1:
+    if len(facts.hosts) > 1 and not job.spec.output_shared:
         # output_dir is a node path, not shared storage: every node saves a complete checkpoint (values the
-        # configs set themselves are kept); otherwise only the first node could resume
+        # configs set themselves are kept); otherwise only the first node could resume. On shared storage
+        # (output_shared) the ranks write one checkpoint together: the first rank its common files
         train = {"save_on_each_node": True, **train}
         if ds is not None:
             ds = {**ds, "checkpoint": {"use_node_local_storage": True, **dict(ds.get("checkpoint") or {})}}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -34,7 +35,7 @@ from launcher.engine.plan import (
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
-from launcher.inventory import check_hosts
+from launcher.inventory import check_hosts, spare_hosts
 from launcher.job import Job, agent_source
 from launcher.jobspec import mask_env
 from launcher.merge import merge_after_run
@@ -256,8 +257,17 @@ def run_job(
             failed = "failed" if isinstance(err, JobFailedError) else "rejected"
             _ended_before_start(run, "stopped" if interrupted.is_set() else failed, err)
             raise
+        spares = spare_hosts(spec, inv) if recover else []
         return _attempt_loop(
-            run, runner, plan, interrupted=interrupted, detach=detach, out=out, resume=resume, recover=recover
+            run,
+            runner,
+            plan,
+            interrupted=interrupted,
+            detach=detach,
+            out=out,
+            resume=resume,
+            recover=recover,
+            spares=spares,
         )
 
 
@@ -293,21 +303,30 @@ def _next_plan(  # noqa: PLR0917 - the attempt loop's state
     resume: ResumeFrom | None,
     out: IO[str],
     training: TrainingPlan | None,
+    spare: tuple[str, str] | None = None,
 ) -> RunPlan:
     """Preflight again and plan the next attempt: ``training`` (the same training plan, or the one re-planned
     after out of memory: the same global batch either way), the same output_dir, resuming from the last
-    checkpoint complete on every node (none: from step 0, said)."""
+    checkpoint complete on every node (none: from step 0, said). ``spare``: (excluded node, spare): the spare
+    runs in the excluded node's rank slots, after its preflight with the others."""
     from launcher.engine.plan import ResumeFrom, last_common_checkpoint  # noqa: PLC0415
+    from launcher.recovery import replace_host  # noqa: PLC0415
 
-    spec = previous.spec
+    job = previous.job
+    if spare is not None:
+        hosts = replace_host(previous.hosts, *spare)
+        job = dataclasses.replace(job, spec=job.spec.model_copy(update={"hosts": hosts}))
+    spec = job.spec
     facts = run_preflight(
         runner,
         spec,
         run.run_id,
         output_dir=previous.output_dir,
         checkpoints_of=previous.output_dir,
-        requires=_node_paths(previous.job, resume),
+        requires=_node_paths(job, resume),
     )
+    if spare is not None:
+        _check_spare(facts, spare[1], previous)
     step = last_common_checkpoint(facts)
     source = None
     if step is not None or resume is not None:  # `run --resume` without one: refused (nothing to resume)
@@ -316,7 +335,7 @@ def _next_plan(  # noqa: PLR0917 - the attempt loop's state
         print(f"resuming from {previous.output_dir}/checkpoint-{step} (complete on every node)", file=out)
     elif resume is None:
         print("no checkpoint complete on every node: the next attempt starts again from step 0", file=out)
-    plan = build_plan(previous.job, facts, run.run_id, source, training)
+    plan = build_plan(job, facts, run.run_id, source, training)
     tokenized = (yaml.safe_load(previous.files[TRAIN_FILE]) or {}).get("tokenized_path")
     if tokenized:  # tokenize once: the nodes keep the tokenized copy the first attempt read
         plan = with_tokenized_path(plan, str(tokenized))
@@ -324,7 +343,67 @@ def _next_plan(  # noqa: PLR0917 - the attempt loop's state
     return plan
 
 
-def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
+def _check_spare(facts: NodeFacts, spare: str, previous: RunPlan) -> None:
+    """Refuse a spare that would change the world size (another rank count per node) or lacks a checkpoint
+    the other nodes see (output_dir is not shared after all)."""
+    if facts.nproc_per_node != previous.facts.nproc_per_node:
+        raise ConfigurationError(
+            f"{spare}: {facts.nproc_per_node} ranks per node where the run has "
+            f"{previous.facts.nproc_per_node}: the world size would change"
+        )
+    others = [set(facts.probe[h].get("checkpoints") or []) for h in facts.hosts if h != spare]
+    theirs = set.intersection(*others) if others else set()
+    lacking = theirs - set(facts.probe.get(spare, {}).get("checkpoints") or [])
+    if lacking:
+        raise ConfigurationError(
+            f"{spare}: does not see checkpoint-{max(lacking)} in {previous.output_dir}, which the others "
+            "have: output_dir is not on a file system every node sees (output_shared: true says it is)"
+        )
+
+
+def _with_spare(  # noqa: PLR0917 - the attempt loop's state
+    run: RunDir,
+    runner: PlaybookRunner,
+    previous: RunPlan,
+    resume: ResumeFrom | None,
+    out: IO[str],
+    training: TrainingPlan | None,
+    *,
+    gone: str,
+    spares: list[str],
+    excluded: dict[str, str],
+) -> RunPlan:
+    """Plan the next attempt with a spare in the place of ``gone`` (excluded): the first spare, in inventory
+    order, that passes preflight with the other nodes; a spare that does not is excluded too. None passes:
+    JobFailedError with the line that says why the run does not go on with fewer nodes."""
+    from launcher.recovery import fewer_nodes_line, spare_candidates  # noqa: PLC0415
+
+    tried: dict[str, str] = {}
+    for spare in spare_candidates(spares, previous.hosts, list(excluded)):
+        print(f"spare {spare}: preflight in {gone}'s place ...", file=out, flush=True)
+        try:
+            plan = _next_plan(run, runner, previous, resume, out, training, spare=(gone, spare))
+        except LauncherError as err:
+            if runner.cancel_requested.is_set():
+                raise
+            why = str(err).removeprefix(f"{spare}: ")
+            tried[spare] = why
+            excluded[spare] = f"failed preflight: {why}"
+            run.update(excluded=dict(excluded))
+            print(f"spare {spare}: excluded: {why}", file=out, flush=True)
+            continue
+        print(
+            f"spare {spare} takes {gone}'s place (node rank {plan.hosts.index(spare)}); "
+            f"nodes: {', '.join(plan.hosts)}",
+            file=out,
+            flush=True,
+        )
+        attempts.note(run, replaced={gone: spare})
+        return plan
+    raise JobFailedError(fewer_nodes_line(gone, previous.hosts, previous.facts.nproc_per_node, tried))
+
+
+def _attempt_loop(  # noqa: PLR0911, PLR0915 - one return per way a run ends; the loop reads in one place
     run: RunDir,
     runner: PlaybookRunner,
     plan: RunPlan,
@@ -334,12 +413,15 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
     out: IO[str],
     resume: ResumeFrom | None,
     recover: bool,
+    spares: list[str],
 ) -> ExitCode:
     """Run attempts until one succeeds, is stopped, or fails in a way the recovery policy does not retry
-    (``recover`` False: the first failure ends the run, as it is judged)."""
+    (``recover`` False: the first failure ends the run, as it is judged). ``spares``: the hosts of
+    ``recovery.spares`` (none: a failed node is not excluded, the next attempt runs on the same nodes)."""
     from launcher.recovery import Failure, decide  # noqa: PLC0415
 
     earlier: list[Failure] = []
+    excluded: dict[str, str] = {}  # host -> why, for the rest of the run (recovery.spares)
     number = 1
     while True:
         attempts.planned(run, plan)
@@ -356,6 +438,7 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
         failure, nodes = _failure_of(run, job, verdict, nodes, spec=plan.spec, interrupted=interrupted)
         decision = decide(plan.spec.recovery, earlier, failure, replan=plan.training is not None)
         training, decision = _replanned(plan, failure, decision)
+        gone, decision = _exclusion(run, plan, failure, earlier, decision, spares=spares, excluded=excluded)
         attempts.end(run, verdict.state, verdict.reason, failure, decision)
         print(
             f"attempt {number} failed ({failure.kind}"
@@ -394,7 +477,13 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
         run.set_status("preflight", f"attempt {number}")
         attempts.begin(run, number, time.time())
         try:
-            plan = _next_plan(run, runner, plan, resume, out, training)
+            plan = (
+                _next_plan(run, runner, plan, resume, out, training)
+                if gone is None
+                else _with_spare(
+                    run, runner, plan, resume, out, training, gone=gone, spares=spares, excluded=excluded
+                )
+            )
         except LauncherError as err:
             stopped = interrupted.is_set()
             why = f"attempt {number}: {err}"
@@ -409,6 +498,33 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends
                 announce=True,
             )
             return JOB_FAILED
+
+
+def _exclusion(
+    run: RunDir,
+    plan: RunPlan,
+    failure: Failure,
+    earlier: list[Failure],
+    decision: Decision,
+    *,
+    spares: list[str],
+    excluded: dict[str, str],
+) -> tuple[str | None, Decision]:
+    """Return the node ``failure`` excludes for the rest of the run (added to ``excluded`` and the record;
+    None: no spares, none excluded, or not retried anyway) and the decision with its fate: a spare is tried
+    next, or, none left, the run ends with the line that says why it does not go on with fewer nodes."""
+    from launcher.recovery import Decision, excluded_after, fewer_nodes_line, spare_candidates  # noqa: PLC0415
+
+    gone = excluded_after(failure, earlier) if decision.retry and spares else None
+    if gone is None:
+        return None, decision
+    excluded[gone] = f"{failure.kind}: {failure.reason}"
+    run.update(excluded=dict(excluded))
+    left = spare_candidates(spares, plan.hosts, list(excluded))
+    if not left:
+        return gone, Decision(False, fewer_nodes_line(gone, plan.hosts, plan.facts.nproc_per_node, {}))
+    why = f"{decision.why}; {gone} excluded, spare {left[0]} next (of {', '.join(left)})"
+    return gone, Decision(True, why, decision.backoff_s)
 
 
 def _replanned(plan: RunPlan, failure: Failure, decision: Decision) -> tuple[TrainingPlan | None, Decision]:
