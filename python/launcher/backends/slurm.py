@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.backends.agent import POLL_TIMEOUT_S, collect_agents, nodes_from
 from launcher.backends.slurm_script import (
     ENDED_BADLY,
+    QUEUED,
     Allocation,
     SlurmJob,
     budget_words,
@@ -195,7 +196,7 @@ class SlurmBackend:
         job.run.update(slurm=slurm)
         record_master(job.run, nodes)
         record_requeues(job.run, self.last, nodes)
-        if self.last.state in ("PENDING", "CONFIGURING"):
+        if self.last.state in QUEUED:  # queued first, or again after a requeue
             shown = f"pending({self.last.reason})" if self.last.reason else "pending"
             nodes = {h: {**n, "state": shown} for h, n in nodes.items()}
         return nodes
