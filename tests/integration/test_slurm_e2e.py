@@ -11,7 +11,8 @@ losses, adapter, status succeeded, the Slurm job COMPLETED); a request larger th
 one line before anything is submitted; a pending job showing its queue reason; killing one node's trainer
 ends the whole job (``--kill-on-bad-exit``) within 30 s as failed with Slurm's state; ``stop`` cancels a
 running job and leaves no process on any host; a job Slurm stops at its time limit ends failed with Slurm's
-reason.
+reason; a job requeued after a node failure and again at its time limit resumes each time from the last
+checkpoint complete on both nodes and finishes, every attempt in the record.
 
     SLURM_E2E_RIG_ID=9 pytest -q tests/integration/test_slurm_e2e.py
 """
@@ -27,15 +28,19 @@ import pytest
 from mift_testsupport.cluster import Cluster
 from mift_testsupport.fixtures import rig_ready_or_skip
 from mift_testsupport.image import SYSTEMD, provisioned_rig
+from mift_testsupport.launcher import finish
 from mift_testsupport.rig import rig_id_from_env
 from mift_testsupport.slurm import (
     HEAD,
     kill_and_follow,
     provision_slurm,
     run_to_success,
+    scontrol_job,
     slurm_inventory,
     squeue,
     stop_and_check,
+    wait_checkpoint,
+    wait_restart,
 )
 
 if TYPE_CHECKING:
@@ -161,3 +166,74 @@ def test_stop_cancels_a_running_job_and_leaves_nothing(cluster: Cluster) -> None
     assert out.returncode == 0, out.stdout + out.stderr
     run_id = cluster.wait_step(cluster.run_id_of("slurm-stop"))
     stop_and_check(cluster, run_id, "slurm-stop")
+
+
+REQUEUE_STEPS = 40
+
+
+def test_a_requeued_job_resumes_from_its_last_checkpoint_after_a_node_failure_and_at_its_time_limit(
+    cluster: Cluster,
+) -> None:
+    """One job, two requeues (recovery.max_restarts 2): slurmctld marks host2 DOWN once both nodes hold a
+    checkpoint (a node failure: Slurm requeues the job); once the restart saved a newer one, the job's time
+    limit is lowered to within requeue_before_s (the default, 120 s) of now, so Slurm's USR1 reaches the
+    batch script, which requeues the job; the third attempt finishes. Each restart resumes from the last
+    checkpoint complete on both nodes, and the record lists the three attempts."""
+    t0 = time.monotonic()
+    job = cluster.job(
+        "slurm-requeue",
+        hosts="slurm_nodes",
+        max_steps=REQUEUE_STEPS,
+        save_steps=4,
+        slurm={"time_limit": "15:00"},
+        recovery={"max_restarts": 2},
+    )
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
+    run_id = cluster.wait_step(cluster.run_id_of("slurm-requeue"), proc)
+    job_id = str(cluster.record("slurm-requeue")["slurm"]["job_id"])
+    script = (cluster.run_dir("slurm-requeue") / "job.sbatch").read_text()
+    assert "#SBATCH --requeue" in script and "#SBATCH --signal=B:USR1@120" in script
+    first = wait_checkpoint(cluster, run_id, 0)
+    cluster.ssh(HEAD, "scontrol update nodename=host2 state=down reason=mift-e2e-node-failure")
+    print(f"host2 DOWN after checkpoint-{first} on both nodes ({time.monotonic() - t0:.1f} s)")
+    took = wait_restart(cluster, job_id, 1)
+    print(f"restart 1 running {took:.1f} s later; host2: {cluster.ssh(HEAD, 'sinfo -h -n host2 -o %t')}")
+    resumed = wait_checkpoint(cluster, run_id, first)
+    run_s = _seconds(scontrol_job(cluster, job_id)["RunTime"])
+    limit_min = run_s // 60 + 2  # the end within 120 s of now: Slurm sends USR1 at its next check
+    cluster.ssh(HEAD, f"scontrol update jobid={job_id} TimeLimit={limit_min}")
+    print(f"checkpoint-{resumed} after the restart; time limit lowered to {limit_min} min at {run_s} s")
+    took = wait_restart(cluster, job_id, 2)
+    cluster.ssh(HEAD, f"scontrol update jobid={job_id} TimeLimit=15")  # root: the third attempt has time
+    print(f"restart 2 running {took:.1f} s later")
+    out = finish(proc, log, timeout=600)
+    print(out[-3000:])
+    assert proc.returncode == 0, out[-6000:]
+    rec = cluster.record("slurm-requeue")
+    assert rec["status"] == "succeeded" and rec["slurm"]["state"] == "COMPLETED", rec["result_reason"]
+    attempts = rec["attempts"]
+    for a in attempts:
+        print(
+            {k: a.get(k) for k in ("attempt", "state", "kind", "reason", "hosts", "resume_step", "decision")}
+        )
+    assert [a["state"] for a in attempts] == ["requeued", "requeued", "succeeded"]
+    assert [a.get("kind") for a in attempts[:2]] == ["node_lost", "timeout"]
+    assert attempts[0]["resume_step"] is None
+    assert attempts[1]["resume_step"] >= first and attempts[2]["resume_step"] >= resumed
+    assert rec["slurm"]["restarts"] == 2
+    log2 = cluster.node_file(1, run_id, "slurm.out")
+    assert "DUE TO NODE FAILURE" in log2 and "mift: time limit: requeued (restart 2 of 2)" in log2, log2
+    final = json.loads(cluster.node_file(1, run_id, "output/trainer_log.jsonl").splitlines()[-1])
+    assert final["current_steps"] == REQUEUE_STEPS, final
+    status = cluster.run("status", run_id)
+    print(status.stdout)
+    assert "attempt 3  succeeded" in status.stdout and "node_lost" in status.stdout, status.stdout
+    print(f"requeue case: {time.monotonic() - t0:.1f} s")
+    assert squeue(cluster) == []
+
+
+def _seconds(runtime: str) -> int:
+    """Return the seconds of Slurm's ``RunTime`` ([D-]HH:MM:SS)."""
+    days, _, clock = runtime.rpartition("-")
+    h, m, sec = (int(x) for x in clock.split(":"))
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
