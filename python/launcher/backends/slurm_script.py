@@ -87,6 +87,34 @@ def requeue_refusal(spec: JobSpec) -> str:
     return ""
 
 
+def time_limit_s(text: str) -> int:
+    """Return the seconds of a Slurm ``--time`` (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)."""
+    days, _, clock = text.rpartition("-")
+    parts = [int(x) for x in clock.split(":")]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        parts += [0] * (3 - len(parts))
+        return int(days) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+    if len(parts) == 1:  # minutes
+        return parts[0] * 60
+    if len(parts) == 2:  # MM:SS
+        return parts[0] * 60 + parts[1]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def requeue_too_early(spec: JobSpec) -> str:
+    """Return why the job's time-limit requeue cannot work ('' when it can): a ``requeue_before_s`` not below
+    the job's ``time_limit`` requeues the job as soon as it starts, every attempt."""
+    requeue = requeue_for(spec)
+    limit = spec.slurm.time_limit
+    if requeue is None or not requeue.before_s or limit is None or requeue.before_s < time_limit_s(limit):
+        return ""
+    return (
+        f"slurm.requeue_before_s: {requeue.before_s} s is not below slurm.time_limit {limit} "
+        f"({time_limit_s(limit)} s): every attempt would requeue itself at its start; lower requeue_before_s "
+        "(0: no requeue at the time limit) or set recovery.max_restarts: 0"
+    )
+
+
 def sbatch_script(alloc: Allocation) -> str:
     """Return the batch script: one task per node, the node agent's ``slurm-step`` in each task (login host
     only: first the agent's ``slurm-check`` in each task, and a node that fails it ends the job)."""
@@ -141,9 +169,10 @@ def _requeue_lines(requeue: Requeue, agent: str, root: str, tasks: str, step: st
     find the last checkpoint complete on every node on a restart, requeue before the time limit."""
     most = requeue.max_restarts
     lines = [
-        '# recovery (docs/slurm.md "Requeue"): Slurm requeues this job on node failure and preemption,',
-        "# the USR1 trap before its time limit; a restart resumes from the last checkpoint complete on",
-        "# every node",
+        '# recovery (docs/slurm.md "Requeue"): Slurm requeues this job on node failure and preemption'
+        + (", the USR1 trap below" if requeue.before_s else "")
+        + ";",
+        "# a restart resumes from the last checkpoint complete on every node",
         "restarts=${SLURM_RESTART_COUNT:-0}",
         f'echo "{ATTEMPT_LINE} $((restarts + 1)) of slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
         f'if [ "$restarts" -gt {most} ]; then',
@@ -178,7 +207,7 @@ def _requeue_lines(requeue: Requeue, agent: str, root: str, tasks: str, step: st
     return [
         *lines,
         "# one trainer per node; a node whose trainer fails ends the whole job. In the background, so that",
-        "# the trap runs while the step does (bash runs a trap only between commands)",
+        "# a signal's trap runs while the step does (bash runs one only between commands)",
         f"{step} $resume &",
         "task=$!",
         'wait "$task"',

@@ -292,8 +292,15 @@ def _slurm_recovery(spec: JobSpec, job_path: Path, out: IO[str]) -> bool:
     """Slurm recovers by requeueing the batch job (docs/slurm.md "Requeue"); the launcher only records the
     attempts, so it never retries itself (returns False). A policy Slurm cannot follow is refused in one line
     when the job spec names it, else noted as off."""
-    from launcher.backends.slurm_script import requeue_for, requeue_refusal  # noqa: PLC0415
+    from launcher.backends.slurm_script import (  # noqa: PLC0415
+        requeue_for,
+        requeue_refusal,
+        requeue_too_early,
+    )
 
+    early = requeue_too_early(spec)
+    if early:
+        raise ConfigurationError(f"{job_path}: {early}")
     why = requeue_refusal(spec)
     if why and "recovery" in spec.model_fields_set:
         raise ConfigurationError.at(
