@@ -243,10 +243,9 @@ def test_a_requeued_job_resumes_from_its_last_checkpoint_after_a_node_failure_an
     assert rec["slurm"]["restarts"] == 2
     batch = cluster.node_file(1, run_id, "slurm.out")
     assert "DUE TO NODE FAILURE" in batch and "mift: time limit: requeued (restart 2 of 2)" in batch, batch
-    steps = [
-        json.loads(x)["current_steps"]
-        for x in cluster.node_file(1, run_id, "output/trainer_log.jsonl").split()
-    ]
+    log1 = cluster.node_file(1, run_id, "output/trainer_log.jsonl")
+    steps = [json.loads(x)["current_steps"] for x in log1.splitlines()]
+    print(f"host1's logged steps, every attempt: {steps}")  # each restart logs on from its checkpoint
     assert steps[-1] == REQUEUE_STEPS, steps
     status = cluster.run("status", run_id)
     assert "attempt 3  succeeded" in status.stdout and "node_lost" in status.stdout, status.stdout

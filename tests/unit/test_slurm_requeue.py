@@ -91,7 +91,11 @@ def test_a_requeued_job_asks_slurm_for_requeue_and_the_time_limit_signal() -> No
     assert "--no-requeue" not in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # the script parses
     no_signal = sbatch_script(alloc(Requeue(max_restarts=1, before_s=0)))
-    assert "--signal" not in no_signal and "trap at_time_limit" not in no_signal and "#SBATCH --requeue" in no_signal
+    assert (
+        "--signal" not in no_signal
+        and "trap at_time_limit" not in no_signal
+        and "#SBATCH --requeue" in no_signal
+    )
 
 
 def test_a_job_that_may_not_restart_is_never_requeued() -> None:
