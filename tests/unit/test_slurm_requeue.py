@@ -244,7 +244,7 @@ def test_scontrol_restarts_and_the_budget_line() -> None:
     assert budget_words(job, 2) == "not requeued: the retry budget is used up (2 of 2 restarts)"
     assert budget_words(job, 3) == "" and budget_words(job, None) == ""
     past = SlurmJob("4", "FAILED", "NonZeroExitCode", "4:0", restarts=3)  # the script's budget exit
-    assert budget_words(past, 2) == "not requeued: the retry budget is used up (3 of 2 restarts)"
+    assert budget_words(past, 2) == "not requeued: the retry budget is used up (2 of 2 restarts)"
     failed = SlurmJob("4", "FAILED", "NonZeroExitCode", "1:0", restarts=2)  # a trainer failed: not the budget
     assert budget_words(failed, 2) == ""
 

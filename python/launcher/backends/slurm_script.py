@@ -330,7 +330,8 @@ def budget_words(job: SlurmJob, max_restarts: int | None) -> str:
         return ""
     if not budget_exit and job.state not in {"TIMEOUT", "NODE_FAIL", "PREEMPTED"}:
         return ""
-    return f"not requeued: the retry budget is used up ({job.restarts} of {max_restarts} restarts)"
+    used = min(job.restarts, max_restarts)  # Slurm may requeue past it: the script then exits at once
+    return f"not requeued: the retry budget is used up ({used} of {max_restarts} restarts)"
 
 
 @dataclass(frozen=True)
