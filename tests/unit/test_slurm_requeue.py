@@ -6,6 +6,7 @@ The agent runs with a ``scontrol`` TEST DOUBLE (this machine runs no Slurm)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,7 +77,7 @@ def test_a_requeued_job_asks_slurm_for_requeue_and_the_time_limit_signal() -> No
         '  if [ "$restarts" -lt 3 ]; then',
         '    scontrol requeue "$SLURM_JOB_ID"',
         "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 python3 "
-        "/var/lib/mift/runs/r1/mift_agent.py slurm-step /var/lib/mift/runs/r1 --grace 8 $resume &",
+        '/var/lib/mift/runs/r1/mift_agent.py slurm-step /var/lib/mift/runs/r1 --grace 8 "${resume[@]}" &',
         'exit "$rc"',
     ):
         assert line in lines, line
@@ -84,12 +85,14 @@ def test_a_requeued_job_asks_slurm_for_requeue_and_the_time_limit_signal() -> No
     gather = next(x for x in lines if "slurm-checkpoints" in x)
     assert (
         "set -o pipefail" in gather
-        and "resume-step /var/lib/mift/runs/r1 --nodes $SLURM_JOB_NUM_NODES" in gather
+        and 'resume-step /var/lib/mift/runs/r1 --nodes "$SLURM_JOB_NUM_NODES"' in gather
     )
-    assert '  resume="--restart $restarts --resume-step $found"' in lines
+    assert '  resume=(--restart "$restarts" --resume-step "$found")' in lines
     assert not any(x.startswith("exec ") for x in lines)  # the trap needs the shell
     assert "--no-requeue" not in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # the script parses
+    if shutil.which("shellcheck"):  # tools/lint's shell linter, where installed
+        subprocess.run(["shellcheck", "-"], input=script, text=True, check=True)
     no_signal = sbatch_script(alloc(Requeue(max_restarts=1, before_s=0)))
     assert (
         "--signal" not in no_signal

@@ -179,20 +179,21 @@ def _requeue_lines(requeue: Requeue, agent: str, root: str, tasks: str, step: st
         f'  echo "mift: not retried: the retry budget is used up ($restarts of {most} restarts)"',
         f"  exit {BUDGET_EXIT}",
         "fi",
-        'resume=""',
+        "resume=()",
         'if [ "$restarts" -gt 0 ]; then',
         "  # each node lists its complete checkpoints; the step is the newest one every node holds",
         f"  found=$(set -o pipefail; srun {tasks} python3 {agent} slurm-checkpoints {root} "
-        f"| python3 {agent} resume-step {root} --nodes $SLURM_JOB_NUM_NODES) || {{",
+        f'| python3 {agent} resume-step {root} --nodes "$SLURM_JOB_NUM_NODES") || {{',
         '    echo "mift: restart $restarts: the nodes could not list their checkpoints"',
         f"    exit {RESUME_EXIT}",
         "  }",
         '  echo "mift: restart $restarts resumes from: $found"',
-        '  resume="--restart $restarts --resume-step $found"',
+        '  resume=(--restart "$restarts" --resume-step "$found")',
         "fi",
     ]
     if requeue.before_s:
         lines += [
+            "# shellcheck disable=SC2317  # run by the trap",
             "at_time_limit() {",
             f'  if [ "$restarts" -lt {most} ]; then',
             f'    echo "mift: time limit: requeued (restart $((restarts + 1)) of {most})"',
@@ -208,7 +209,7 @@ def _requeue_lines(requeue: Requeue, agent: str, root: str, tasks: str, step: st
         *lines,
         "# one trainer per node; a node whose trainer fails ends the whole job. In the background, so that",
         "# a signal's trap runs while the step does (bash runs one only between commands)",
-        f"{step} $resume &",
+        f'{step} "${{resume[@]}}" &',
         "task=$!",
         'wait "$task"',
         "rc=$?",
