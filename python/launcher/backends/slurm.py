@@ -8,6 +8,9 @@ one task per node, each ``mift_agent.py slurm-step`` under ``srun --kill-on-bad-
 Poll: the nodes' agents (as ssh) and ``scontrol show job`` on the login host (playbooks/slurm_poll.yml);
 Slurm's job state decides how the run ended. Stop: ``scancel``, then the agent's stop on every node
 (playbooks/slurm_stop.yml), which checks that nothing is left.
+Recovery: the batch script requeues (node failure, preemption, the time limit; the job spec's ``recovery``
+policy, :func:`launcher.backends.slurm_script.requeue_for`) and each restart resumes from the last checkpoint
+complete on every node; each poll records a restart Slurm reports as an attempt (:func:`record_requeues`).
 """
 
 from __future__ import annotations
