@@ -12,6 +12,7 @@ from launcher.watchdog import HOLDING_STATES
 
 if TYPE_CHECKING:
     import threading
+    from collections.abc import Mapping
 
     from launcher.fabric.runtime import TransportWatch
     from launcher.job import Job
@@ -109,6 +110,11 @@ class LiveView:
         self.out.flush()
 
 
+def queued(nodes: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Return True while the job waits in Slurm's queue (every node shows ``pending(...)``)."""
+    return bool(nodes) and all(str(n.get("state") or "").startswith("pending") for n in nodes.values())
+
+
 def follow(
     job: Job,
     *,
@@ -131,6 +137,7 @@ def follow(
     nodes: dict[str, dict[str, Any]] = {}
     telemetry_warnings = WarningOnce()
     recorded: dict[str, Any] = {}
+    restarts = 0  # a requeued Slurm job's restart count, as its nodes report it
     while True:
         if interrupted.is_set():
             return Verdict("stopped", "interrupted (Ctrl-C)"), nodes
@@ -154,6 +161,12 @@ def follow(
             job.run.update(transport=recorded)
         if verdict.state != "running":
             return verdict, nodes
+        restarted = max(
+            (n.get("restart") or 0 for n in nodes.values() if isinstance(n.get("restart"), int)), default=0
+        )
+        if watch is not None and (queued(nodes) or restarted != restarts):
+            watch.restart(time.monotonic())  # waiting in Slurm's queue, or starting over: no stall
+        restarts = restarted
         stall = watch.observe(nodes, time.monotonic()) if watch is not None else None
         if stall is not None:
             job.run.update(stall=stall.as_dict())

@@ -122,6 +122,9 @@ class SlurmOptions(_Strict):
     # there, and the launcher reaches nothing but the login host. Needs `nodes` (Slurm picks them).
     shared_dir: str | None = None
     nodes: Annotated[int, Field(ge=1, le=1024)] | None = None  # --nodes; only with shared_dir
+    # seconds before the time limit at which the batch script requeues the job while the recovery policy has
+    # restarts left (sbatch --signal=B:USR1@N; Slurm may signal up to 60 s earlier); 0: not at the time limit
+    requeue_before_s: Annotated[int, Field(ge=0, le=65535)] = 120
 
     @field_validator("shared_dir")
     @classmethod

@@ -295,6 +295,15 @@ class ProgressWatch:
     def __post_init__(self) -> None:
         self.last_progress = self.started
 
+    def restart(self, now: float) -> None:
+        """Begin again at ``now``: the trainers start over (a Slurm job in the queue, or restarted from a
+        checkpoint below the last step seen), so the first-step window applies; measured intervals are
+        kept."""
+        self.step = self.step_seen = self.estimate = None
+        self.marks = ()
+        self.paused = False
+        self.last_progress = now
+
     def window(self, total: int | None = None, saving: Sequence[str] = ()) -> Window:
         """Return the window that applies after the last progress seen."""
         opts = self.options

@@ -30,6 +30,9 @@ TEST_HOST_VARS = {
     "slurm_node_gpu_detect": "files",
     "slurm_config_proctrack_type": "proctrack/linuxproc",
     "slurm_config_task_plugin": "task/none",
+    # a requeued job waits cred_expire + 1 s before it starts again (slurm.conf(5), AuthInfo; default 120 s):
+    # 15 s keeps the requeue cases short and still covers a step launch on the loaded CI machine
+    "slurm_config_extra_lines": ["AuthInfo=cred_expire=15"],
 }
 
 
@@ -167,3 +170,38 @@ def stop_and_check(c: Cluster, run_id: str, name: str) -> dict[str, Any]:
     assert rec["status"] == "stopped" and rec["slurm"]["cancelled_by_launcher"] is True
     print(f"stop took {took:.1f} s")
     return rec
+
+
+def scontrol_job(c: Cluster, job_id: str) -> dict[str, str]:
+    """The fields of ``scontrol --oneliner show job JOB_ID`` on the head."""
+    from launcher.backends.slurm_script import parse_fields  # noqa: PLC0415
+
+    return parse_fields(c.ssh(HEAD, f"scontrol --oneliner show job {job_id}").splitlines()[0])
+
+
+def wait_restart(c: Cluster, job_id: str, restarts: int, seconds: float = 240) -> float:
+    """Wait until Slurm restarted the job ``restarts`` times and it runs again; return the seconds waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        job = scontrol_job(c, job_id)
+        if int(job.get("Restarts") or 0) >= restarts and job.get("JobState") == "RUNNING":
+            return time.monotonic() - t0
+        time.sleep(1)
+    raise AssertionError(f"slurm job {job_id}: not running after restart {restarts} within {seconds:.0f} s")
+
+
+def wait_checkpoint(c: Cluster, run_id: str, above: int, seconds: float = 300) -> int:
+    """Wait until both nodes hold a complete checkpoint-N with N > ``above``; return the newest such N
+    both hold."""
+    t0 = time.monotonic()
+    listing = f"cd /var/lib/mift/runs/{run_id}/output 2>/dev/null && ls -d checkpoint-*/trainer_state.json"
+    while time.monotonic() - t0 < seconds:
+        held = [
+            {int(p.split("/")[0].removeprefix("checkpoint-")) for p in c.ssh(h, listing, check=False).split()}
+            for h in NODES
+        ]
+        common = [n for n in set.intersection(*held) if n > above]
+        if common:
+            return max(common)
+        time.sleep(1)
+    raise AssertionError(f"no checkpoint above {above} on both nodes within {seconds:.0f} s")

@@ -11,7 +11,8 @@ losses, adapter, status succeeded, the Slurm job COMPLETED); a request larger th
 one line before anything is submitted; a pending job showing its queue reason; killing one node's trainer
 ends the whole job (``--kill-on-bad-exit``) within 30 s as failed with Slurm's state; ``stop`` cancels a
 running job and leaves no process on any host; a job Slurm stops at its time limit ends failed with Slurm's
-reason.
+reason; a job requeued after a node failure and again at its time limit resumes each time from the last
+checkpoint complete on both nodes and finishes, every attempt in the record.
 
     SLURM_E2E_RIG_ID=9 pytest -q tests/integration/test_slurm_e2e.py
 """
@@ -19,7 +20,9 @@ reason.
 from __future__ import annotations
 
 import json
+import shlex
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -27,15 +30,20 @@ import pytest
 from mift_testsupport.cluster import Cluster
 from mift_testsupport.fixtures import rig_ready_or_skip
 from mift_testsupport.image import SYSTEMD, provisioned_rig
+from mift_testsupport.launcher import finish
 from mift_testsupport.rig import rig_id_from_env
 from mift_testsupport.slurm import (
     HEAD,
+    NODES,
     kill_and_follow,
     provision_slurm,
     run_to_success,
+    scontrol_job,
     slurm_inventory,
     squeue,
     stop_and_check,
+    wait_checkpoint,
+    wait_restart,
 )
 
 if TYPE_CHECKING:
@@ -138,7 +146,13 @@ def test_killing_one_nodes_trainer_fails_the_whole_job(cluster: Cluster) -> None
 
 
 def test_a_job_slurm_stops_at_its_time_limit_fails_with_slurms_reason(cluster: Cluster) -> None:
-    job = cluster.job("slurm-time", hosts="slurm_nodes", max_steps=100000, slurm={"time_limit": "1"})
+    job = cluster.job(
+        "slurm-time",
+        hosts="slurm_nodes",
+        max_steps=100000,
+        slurm={"time_limit": "1"},
+        recovery={"max_restarts": 0},  # never requeued: the time limit ends it (requeued: the case below)
+    )
     t0 = time.monotonic()
     out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=600)
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr
@@ -161,3 +175,88 @@ def test_stop_cancels_a_running_job_and_leaves_nothing(cluster: Cluster) -> None
     assert out.returncode == 0, out.stdout + out.stderr
     run_id = cluster.wait_step(cluster.run_id_of("slurm-stop"))
     stop_and_check(cluster, run_id, "slurm-stop")
+
+
+REQUEUE_STEPS = 24
+# the trainer's slowness (tests/faults/inject/sitecustomize.py, a TEST DOUBLE put first on its PYTHONPATH):
+# every training step sleeps 1 s first, so that an attempt outlasts Slurm's time-limit check (every 30 s)
+INJECT = Path(__file__).parents[1] / "faults" / "inject" / "sitecustomize.py"
+INJECT_DIR = "/opt/mift-faults/inject"
+SLOW_ENV = {
+    "OMP_NUM_THREADS": 1,
+    "DS_ACCELERATOR": "cpu",
+    "PYTHONPATH": INJECT_DIR,
+    "MIFT_FAULTS_SLOW_STEPS": "1-1000:1",
+}
+
+
+def test_a_requeued_job_resumes_from_its_last_checkpoint_after_a_node_failure_and_at_its_time_limit(
+    cluster: Cluster,
+) -> None:
+    """One job, two requeues (recovery.max_restarts 2): slurmctld marks host2 DOWN once both nodes hold a
+    checkpoint (a node failure: Slurm requeues the job); once the restart runs, its time limit is lowered to
+    within requeue_before_s (the default, 120 s) of now, so Slurm's own time-limit warning (USR1) reaches the
+    batch script, which requeues the job; the third attempt finishes. Each restart resumes from the last
+    checkpoint complete on both nodes, and the record lists the three attempts."""
+    t0 = time.monotonic()
+    for host in NODES:
+        text = shlex.quote(INJECT.read_text())
+        cluster.ssh(host, f"mkdir -p {INJECT_DIR} && printf %s {text} > {INJECT_DIR}/sitecustomize.py")
+    job = cluster.job(
+        "slurm-requeue",
+        hosts="slurm_nodes",
+        max_steps=REQUEUE_STEPS,
+        save_steps=4,
+        env=SLOW_ENV,
+        slurm={"time_limit": "15:00"},
+        recovery={"max_restarts": 2},
+    )
+    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
+    run_id = cluster.wait_step(cluster.run_id_of("slurm-requeue"), proc)
+    job_id = str(cluster.record("slurm-requeue")["slurm"]["job_id"])
+    script = (cluster.run_dir("slurm-requeue") / "job.sbatch").read_text()
+    assert "#SBATCH --requeue" in script and "#SBATCH --signal=B:USR1@120" in script
+    first = wait_checkpoint(cluster, run_id, 0)
+    cluster.ssh(HEAD, "scontrol update nodename=host2 state=down reason=mift-e2e-node-failure")
+    print(f"host2 DOWN after checkpoint-{first} on both nodes ({time.monotonic() - t0:.1f} s)")
+    took = wait_restart(cluster, job_id, 1)
+    run_s = _seconds(scontrol_job(cluster, job_id)["RunTime"])
+    limit_min = run_s // 60 + 2  # the end within 120 s of now: Slurm sends USR1 at its next check
+    cluster.ssh(HEAD, f"scontrol update jobid={job_id} TimeLimit={limit_min}")
+    print(f"restart 1 running {took:.1f} s later; its time limit lowered to {limit_min} min at {run_s} s")
+    took = wait_restart(cluster, job_id, 2)
+    cluster.ssh(HEAD, f"scontrol update jobid={job_id} TimeLimit=15")  # root: the third attempt has time
+    print(f"restart 2 running {took:.1f} s later")
+    out = finish(proc, log, timeout=600)
+    print(out[-2500:])
+    assert proc.returncode == 0, out[-6000:]
+    rec = cluster.record("slurm-requeue")
+    assert rec["status"] == "succeeded" and rec["slurm"]["state"] == "COMPLETED", rec["result_reason"]
+    attempts = rec["attempts"]
+    for a in attempts:
+        print({k: a.get(k) for k in ("attempt", "state", "kind", "reason", "resume_step")})
+    assert [a["state"] for a in attempts] == ["requeued", "requeued", "succeeded"]
+    assert [a.get("kind") for a in attempts[:2]] == ["node_lost", "timeout"]
+    assert [a["hosts"] for a in attempts] == [["host1", "host2"]] * 3
+    assert attempts[0]["resume_step"] is None
+    assert attempts[1]["resume_step"] >= first and attempts[2]["resume_step"] >= attempts[1]["resume_step"]
+    assert rec["slurm"]["restarts"] == 2
+    batch = cluster.node_file(1, run_id, "slurm.out")
+    assert "DUE TO NODE FAILURE" in batch and "mift: time limit: requeued (restart 2 of 2)" in batch, batch
+    log1 = cluster.node_file(1, run_id, "output/trainer_log.jsonl")
+    steps = [json.loads(x)["current_steps"] for x in log1.splitlines()]
+    print(f"host1's logged steps, every attempt: {steps}")  # each restart logs on from its checkpoint
+    assert steps[-1] == REQUEUE_STEPS, steps
+    status = cluster.run("status", run_id)
+    assert "attempt 3  succeeded" in status.stdout and "node_lost" in status.stdout, status.stdout
+    listing = cluster.run("list").stdout
+    assert "3 (node_lost, timeout)" in listing, listing
+    print(f"requeue case: {time.monotonic() - t0:.1f} s")
+    assert squeue(cluster) == []
+
+
+def _seconds(runtime: str) -> int:
+    """Return the seconds of Slurm's ``RunTime`` ([D-]HH:MM:SS)."""
+    days, _, clock = runtime.rpartition("-")
+    h, m, sec = (int(x) for x in clock.split(":"))
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + sec

@@ -8,20 +8,28 @@ one task per node, each ``mift_agent.py slurm-step`` under ``srun --kill-on-bad-
 Poll: the nodes' agents (as ssh) and ``scontrol show job`` on the login host (playbooks/slurm_poll.yml);
 Slurm's job state decides how the run ended. Stop: ``scancel``, then the agent's stop on every node
 (playbooks/slurm_stop.yml), which checks that nothing is left.
+Recovery: the batch script requeues (node failure, preemption, the time limit; the job spec's ``recovery``
+policy, :func:`launcher.backends.slurm_script.requeue_for`) and each restart resumes from the last checkpoint
+complete on every node; each poll records a restart Slurm reports as an attempt (:func:`record_requeues`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING, Any
 
 from launcher.backends.agent import POLL_TIMEOUT_S, collect_agents, nodes_from
 from launcher.backends.slurm_script import (
     ENDED_BADLY,
+    QUEUED,
     Allocation,
     SlurmJob,
+    budget_words,
     check_request,
     parse_sinfo,
+    requeue_for,
+    requeued_attempts,
     sbatch_script,
 )
 from launcher.exceptions import ConfigurationError
@@ -86,6 +94,7 @@ class SlurmBackend:
             gpus_per_node=int(gpus),
             stop_grace_s=spec.timeouts.stop_grace_s,
             options=spec.slurm,
+            requeue=requeue_for(spec),
         )
 
     def check(self, runner: PlaybookRunner, alloc: Allocation, where: str) -> str:
@@ -130,6 +139,8 @@ class SlurmBackend:
                 "job_id": self.job_id,
                 "partition": partition,
                 "gpus_per_node": alloc.gpus_per_node,
+                # None: never requeued (--no-requeue); else how many restarts the batch script allows
+                "max_restarts": alloc.requeue.max_restarts if alloc.requeue else None,
                 "state": "SUBMITTED" if self.job_id else "NOT SUBMITTED",
             }
         )
@@ -183,9 +194,12 @@ class SlurmBackend:
             self.last = SlurmJob(str(self.job_id), "UNKNOWN", f"{self.login}: no answer")
         slurm = dict(job.run.load().get("slurm") or {})
         slurm.update(state=self.last.state, reason=self.last.reason, exit_code=self.last.exit_code)
+        if self.last.restarts:
+            slurm["restarts"] = self.last.restarts
         job.run.update(slurm=slurm)
         record_master(job.run, nodes)
-        if self.last.state in ("PENDING", "CONFIGURING"):
+        record_requeues(job.run, self.last, nodes)
+        if self.last.state in QUEUED:  # queued first, or again after a requeue
             shown = f"pending({self.last.reason})" if self.last.reason else "pending"
             nodes = {h: {**n, "state": shown} for h, n in nodes.items()}
         return nodes
@@ -203,7 +217,13 @@ class SlurmBackend:
             if last.state == "CANCELLED" and (job.run.load().get("slurm") or {}).get("cancelled_by_launcher"):
                 return Verdict("stopped", f"{last.describe()}: cancelled by `launcher stop`")
             first = first_failure(nodes)
-            return Verdict("failed", last.describe() + (f"; first failure: {first}" if first else ""))
+            budget = budget_words(last, (job.run.load().get("slurm") or {}).get("max_restarts"))
+            return Verdict(
+                "failed",
+                last.describe()
+                + (f"; first failure: {first}" if first else "")
+                + (f"; {budget}" if budget else ""),
+            )
 
         return verdict
 
@@ -235,6 +255,28 @@ def record_master(run: RunDir, nodes: Mapping[str, Mapping[str, Any]]) -> None:
         return
     node_env = {h: {**env, "MASTER_ADDR": placed} for h, env in (record.get("node_env") or {}).items()}
     run.update(master_addr=placed, node_env=node_env)
+
+
+def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, Mapping[str, Any]]) -> None:
+    """Keep one attempt per start of a requeued job in the run's record: Slurm's restart count, why each
+    attempt ended (the batch output on the node that ran the batch script) and the step each restart resumed
+    from (its nodes' state)."""
+    record = run.load()
+    max_restarts = (record.get("slurm") or {}).get("max_restarts")
+    attempts = record.get("attempts")
+    if max_restarts is None or not isinstance(attempts, list) or last.state in ("UNKNOWN", "GONE"):
+        return
+    causes: dict[str, str] = {}
+    resumed: dict[int, int | None] = {}
+    for node in nodes.values():
+        causes.update(node.get("requeues") or {})
+        restart = node.get("restart")
+        if isinstance(restart, int) and restart > 0:
+            step = node.get("resume_step")
+            resumed[restart] = step if isinstance(step, int) else None
+    updated = requeued_attempts(attempts, last.restarts, causes, resumed, int(max_restarts), time.time())
+    if updated != attempts:
+        run.update(attempts=updated)
 
 
 def first_failure(nodes: Mapping[str, Mapping[str, Any]]) -> str:

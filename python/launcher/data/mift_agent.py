@@ -45,6 +45,14 @@ Commands (each prints one JSON object on stdout):
   the stack versions the job was planned for, GPUs verified, free disk); a node that cannot records why as
   its rank's state and exits 1, which fails the job.
 * ``slurm-step ROOT --ranks`` -- as ``slurm-step``, in ROOT/rank<SLURM_NODEID> (a shared run root).
+* ``slurm-step RUN_DIR --restart K --resume-step N|none`` -- restart K of a requeued job (docs/slurm.md
+  "Requeue"): the trainer resumes from ``checkpoint-N`` of its output_dir (LLaMA-Factory's command-line
+  overrides ``resume_from_checkpoint=...``), or starts as the first attempt did (``none``); the state file
+  records the restart and the step.
+* ``slurm-checkpoints RUN_DIR`` -- one JSON line: this node's Slurm name and its complete ``checkpoint-N``
+  steps (the batch script runs it on every node when Slurm restarts the job).
+* ``resume-step RUN_DIR --nodes N`` -- read the lines of ``slurm-checkpoints`` from every node on stdin and
+  print the newest step all N nodes hold, or ``none``; exit 1 when fewer than N nodes answered.
 * ``shared-prepare|shared-status|shared-collect|shared-stop ROOT`` -- on the login host: the command for every
   rank under a shared run root, answered as ``{"results": {rank: {...}}}``; status reads the state files only
   (the trainers run on other hosts).
@@ -543,10 +551,76 @@ def slurm_node(environ: dict[str, str]) -> str:
     return environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def cmd_slurm_step(run_dir: Path, grace: float, ranks: bool = False) -> dict[str, Any]:
+def cmd_slurm_checkpoints(run_dir: Path) -> dict[str, Any]:
+    """Return this node's Slurm name and the steps of the complete checkpoints in the job's output_dir."""
+    job = _read_json(run_dir / contract.JOB_FILE)
+    steps = checkpoints(output_dir_of(run_dir, job)) if job.get("run_id") else []
+    return {"ok": bool(job.get("run_id")), "node": slurm_node(dict(os.environ)), "checkpoints": steps}
+
+
+def resume_step(lines: list[str], nodes: int) -> int | None:
+    """Return the newest checkpoint step every one of ``nodes`` nodes listed (``slurm-checkpoints`` lines),
+    None when they hold none in common; raise ValueError when fewer than ``nodes`` nodes answered."""
+    found: dict[str, set[int]] = {}
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            answer = json.loads(line)
+            if isinstance(answer, dict) and answer.get("ok"):
+                found[str(answer.get("node"))] = {int(x) for x in answer.get("checkpoints") or []}
+    if len(found) < nodes:
+        raise ValueError(f"{len(found)} of {nodes} nodes listed their checkpoints")
+    common = set.intersection(*found.values()) if found else set()
+    return max(common) if common else None
+
+
+def resume_argv(argv: list[str], output_dir: Path, step: int | None) -> list[str]:
+    """Return the trainer's command line for a restart: from ``checkpoint-<step>`` of the output_dir
+    (LLaMA-Factory merges ``key=value`` arguments after the YAML into it), or as the first attempt's when no
+    checkpoint is complete on every node."""
+    if step is None:
+        return list(argv)
+    return [*argv, f"resume_from_checkpoint={output_dir}/checkpoint-{step}", "overwrite_output_dir=false"]
+
+
+# slurm.out lines (slurmstepd's, the batch script's) that say why an attempt of a requeued job ended
+REQUEUE_CAUSE_RE = re.compile(
+    r"mift: time limit: requeued|DUE TO (NODE FAILURE|PREEMPTION|JOB REQUEUE|TIME LIMIT)"
+)
+REQUEUE_CAUSES = {
+    "NODE FAILURE": "node failure",
+    "PREEMPTION": "preemption",
+    "JOB REQUEUE": "requeue",
+    "TIME LIMIT": "time limit",
+}
+ATTEMPT_RE = re.compile(r"^mift: attempt (\d+) of slurm job")
+
+
+def requeue_causes(text: str) -> dict[str, str]:
+    """Return attempt number -> why it ended (``node failure``, ``preemption``, ``time limit``,
+    ``requeue``: scontrol requeue) from the batch output of a requeued job; the first cause of an attempt
+    wins (the time-limit trap's requeue shows as ``JOB REQUEUE`` after its own line)."""
+    causes: dict[str, str] = {}
+    attempt = 0
+    for line in text.splitlines():
+        start = ATTEMPT_RE.match(line)
+        if start:
+            attempt = int(start.group(1))
+            continue
+        match = REQUEUE_CAUSE_RE.search(line)
+        if match and attempt:
+            cause = REQUEUE_CAUSES[match.group(1)] if match.group(1) else "time limit"
+            causes.setdefault(str(attempt), cause)
+    return causes
+
+
+def cmd_slurm_step(
+    run_dir: Path, grace: float, ranks: bool = False, restart: int = 0, step: int | None = None
+) -> dict[str, Any]:
     """Run this node's trainer as one task of a Slurm step (foreground); return how it ended.
 
     ``ranks``: RUN_DIR is a shared run root (login host only); this node's run directory is its rank's.
+    ``restart``: Slurm's restart count (0: the first attempt); a restart resumes from ``checkpoint-<step>``
+    (None: from where the first attempt began).
     """
     if ranks:
         run_dir = rank_dir(run_dir, dict(os.environ))
@@ -556,7 +630,7 @@ def cmd_slurm_step(run_dir: Path, grace: float, ranks: bool = False) -> dict[str
     env = _read_json(run_dir / contract.ENV_FILE)
     placed = slurm_placement(dict(os.environ), slurm_nodes(os.environ["SLURM_JOB_NODELIST"]))
     # the node's state says where Slurm put it and the rendezvous it used (the launcher's record takes them)
-    extra = {"slurm_node": slurm_node(dict(os.environ)), "master_addr": placed["MASTER_ADDR"]}
+    extra: dict[str, Any] = {"slurm_node": slurm_node(dict(os.environ)), "master_addr": placed["MASTER_ADDR"]}
     env.update({k: v for k, v in placed.items() if k not in SLURM_GPU_ENV or k not in env})
     _write_json(run_dir / contract.ENV_FILE, env, 0o600)
     job["node_rank"] = int(placed["NODE_RANK"])
@@ -575,6 +649,12 @@ def cmd_slurm_step(run_dir: Path, grace: float, ranks: bool = False) -> dict[str
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    if restart:
+        extra.update(restart=restart, resume_step=step)
+        output_dir = output_dir_of(run_dir, job)
+        if step is not None:  # DeepSpeed's `latest` on the nodes that lack it (every one but rank 0's)
+            mark_latest(run_dir, {**job, "resume_from": f"{output_dir}/checkpoint-{step}"})
+        job = {**job, "argv": resume_argv([str(a) for a in job["argv"]], output_dir, step)}
     _supervise(run_dir, job, grace, extra)
     state = _read_json(run_dir / STATE_FILE)
     return {"ok": state.get("rc") == 0, **state}
@@ -832,10 +912,23 @@ def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
         "output_dir": str(output_dir),
         "processes": None if remote else _processes(job, run_dir),
         **{k: state[k] for k in ("slurm_node", "master_addr") if state.get(k)},  # a Slurm task's placement
+        **({k: state.get(k) for k in ("restart", "resume_step")} if state.get("restart") else {}),
+        **_requeues(run_dir),
         **_log_facts(run_dir / "trainer.log", int(state.get("log_offset") or 0)),
         **({} if remote else {"watch": watch_facts(run_dir, job)}),
         **mift_gpu.status_fields(run_dir),
     }
+
+
+def _requeues(run_dir: Path) -> dict[str, Any]:
+    """Return ``{"requeues": {attempt: cause}}`` from the batch output on the node that ran the batch script
+    of a requeued job, else {}."""
+    try:
+        text = (run_dir / "slurm.out").read_text(errors="replace")
+    except OSError:
+        return {}
+    causes = requeue_causes(text)
+    return {"requeues": causes} if causes else {}
 
 
 # --- the progress watchdog (launcher/watchdog.py decides; here: what this node shows, the stack dumps) ---
@@ -1117,6 +1210,8 @@ def main(argv: list[str] | None = None) -> int:
             "stop",
             "collect",
             "slurm-check",
+            "slurm-checkpoints",
+            "resume-step",
             *SHARED_COMMANDS,
         ),
     )
@@ -1128,6 +1223,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ranks", action="store_true", help="slurm-step: RUN_DIR is a shared run root: rank<SLURM_NODEID>"
     )
+    parser.add_argument("--restart", type=int, default=0, help="slurm-step: Slurm's restart count")
+    parser.add_argument(
+        "--resume-step",
+        default="none",
+        help="slurm-step --restart: the checkpoint step to resume from, or none",
+    )
+    parser.add_argument("--nodes", type=int, default=1, help="resume-step: how many nodes must answer")
     parser.add_argument("--job-gone", action="store_true", help="shared-stop: the Slurm job left its nodes")
     parser.add_argument(
         "--dump-stacks", action="store_true", help="stop: stack dumps of every process of the run first"
@@ -1143,7 +1245,18 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "prepare":
         result = cmd_prepare(run_dir)
     elif args.command == "slurm-step":
-        result = cmd_slurm_step(run_dir, args.grace, args.ranks)
+        step = None if args.resume_step == "none" else int(args.resume_step)
+        result = cmd_slurm_step(run_dir, args.grace, args.ranks, args.restart, step)
+    elif args.command == "slurm-checkpoints":
+        result = cmd_slurm_checkpoints(run_dir)
+    elif args.command == "resume-step":
+        try:
+            found = resume_step(sys.stdin.read().splitlines(), args.nodes)
+        except ValueError as err:
+            print(f"mift_agent: resume-step: {err}", file=sys.stderr)
+            return 1
+        print("none" if found is None else found)
+        return 0
     elif args.command == "slurm-check":
         result = cmd_slurm_check(run_dir)
     elif args.command in SHARED_COMMANDS:

@@ -278,12 +278,14 @@ def _ended_before_start(run: RunDir, state: str, err: LauncherError) -> None:
 
 
 def _check_recovery(spec: JobSpec, job_path: Path, backend: str, *, detach: bool, out: IO[str]) -> bool:
-    """Return True when the run retries failed attempts; refuse, in one line, a recovery policy the run cannot
-    follow; note when the default one is off.
+    """Return True when the launcher retries failed attempts; refuse, in one line, a recovery policy the run
+    cannot follow; note when the default one is off.
 
-    Recovery needs the launcher following the run (not ``--detach``) over the ssh backend (Slurm requeues
-    are its own: issue 28 item 5).
+    Recovery needs the launcher following the run (not ``--detach``) over the ssh backend. Under Slurm the
+    batch script requeues the job itself (:func:`_slurm_recovery`), followed or not.
     """
+    if backend == "slurm":
+        return _slurm_recovery(spec, job_path, out)
     why = "" if backend == "ssh" else f"the {backend} backend does not retry attempts yet"
     why = why or ("a detached run is not followed: nobody restarts it" if detach else "")
     if not why or not spec.recovery.enabled:
@@ -293,6 +295,38 @@ def _check_recovery(spec: JobSpec, job_path: Path, backend: str, *, detach: bool
             job_path, "recovery", f"{why}; set recovery.max_restarts: 0, or follow it over ssh", "recovery"
         )
     print(f"note: recovery off: {why}; the first failure ends the run", file=out)
+    return False
+
+
+def _slurm_recovery(spec: JobSpec, job_path: Path, out: IO[str]) -> bool:
+    """Slurm recovers by requeueing the batch job (docs/slurm.md "Requeue"); the launcher only records the
+    attempts, so it never retries itself (returns False). A policy Slurm cannot follow is refused in one line
+    when the job spec names it, else noted as off."""
+    from launcher.backends.slurm_script import (  # noqa: PLC0415
+        requeue_for,
+        requeue_refusal,
+        requeue_too_early,
+    )
+
+    early = requeue_too_early(spec)
+    if early:
+        raise ConfigurationError(f"{job_path}: {early}")
+    why = requeue_refusal(spec)
+    if why and "recovery" in spec.model_fields_set:
+        raise ConfigurationError.at(
+            job_path, "recovery", f"{why}; or set recovery.max_restarts: 0", "recovery"
+        )
+    if why:
+        print(f"note: recovery off: {why}; the first failure ends the run", file=out)
+    requeue = requeue_for(spec)
+    if requeue is not None:
+        limit = f", {requeue.before_s} s before its time limit" if requeue.before_s else ""
+        print(
+            f"recovery: Slurm requeues the job on node failure and preemption{limit}, up to "
+            f"{requeue.max_restarts} times; each restart resumes from the last checkpoint complete on every "
+            "node",
+            file=out,
+        )
     return False
 
 
