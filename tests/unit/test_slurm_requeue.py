@@ -174,6 +174,17 @@ def test_the_launcher_leaves_retries_to_slurm_and_refuses_what_slurm_cannot_do(
             out=sys.stdout,
         )
     assert _check_recovery(spec(tmp_path, **login_only), job, "slurm", detach=False, out=sys.stdout) is False
+    shared = {"output_dir": "/shared/{run_id}/output", "output_shared": True}
+    with pytest.raises(
+        ConfigurationError, match=r"recovery\.spares: spare nodes replace a lost node over ssh"
+    ):
+        _check_recovery(
+            spec(tmp_path, recovery={"spares": "spares"}, **shared),
+            job,
+            "slurm",
+            detach=False,
+            out=sys.stdout,
+        )
     assert (
         "note: recovery off: Slurm requeue is not built for the login-host-only mode"
         in capsys.readouterr().out

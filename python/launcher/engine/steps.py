@@ -311,6 +311,14 @@ def _slurm_recovery(spec: JobSpec, job_path: Path, out: IO[str]) -> bool:
     early = requeue_too_early(spec)
     if early:
         raise ConfigurationError(f"{job_path}: {early}")
+    if spec.recovery.spares is not None:  # nothing would use them: refused, not ignored
+        raise ConfigurationError.at(
+            job_path,
+            "recovery.spares",
+            "spare nodes replace a lost node over ssh only; under Slurm the scheduler places the nodes (a "
+            "requeued job runs again on its allocation's nodes): leave recovery.spares out",
+            "recovery",
+        )
     why = requeue_refusal(spec)
     if why and "recovery" in spec.model_fields_set:
         raise ConfigurationError.at(
