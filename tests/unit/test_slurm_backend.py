@@ -17,6 +17,7 @@ from launcher.backends.slurm import first_failure, login_host, record_master
 from launcher.backends.slurm_script import (
     Allocation,
     Partition,
+    Requeue,
     SlurmJob,
     check_request,
     parse_sinfo,
@@ -32,7 +33,8 @@ AGENT = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_agent
 FAKE = Path(__file__).with_name("fake_trainer.py")
 
 
-def alloc(**options: object) -> Allocation:
+def alloc(requeue: Requeue | None = None, *, ranks: bool = False, **options: object) -> Allocation:
+    """A 2-node allocation of run r1 (``options``: the job spec's slurm keys)."""
     return Allocation(
         run_id="r1",
         run_dir="/var/lib/mift/runs/r1",
@@ -40,6 +42,8 @@ def alloc(**options: object) -> Allocation:
         gpus_per_node=8,
         stop_grace_s=8,
         options=SlurmOptions.model_validate(options),
+        ranks=ranks,
+        requeue=requeue,
     )
 
 

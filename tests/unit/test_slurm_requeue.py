@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_slurm_backend import alloc
 
 from launcher.backends.slurm import record_requeues
 from launcher.backends.slurm_script import (
-    Allocation,
     Requeue,
     SlurmJob,
     budget_words,
@@ -30,7 +30,7 @@ from launcher.backends.slurm_script import (
 from launcher.engine.steps import _check_recovery
 from launcher.exceptions import ConfigurationError
 from launcher.follow import queued
-from launcher.jobspec import SlurmOptions, parse_job_spec
+from launcher.jobspec import parse_job_spec
 from launcher.runs import RunDir
 from launcher.watchdog import ProgressWatch, Schedule, WatchdogOptions
 from mift_testsupport.slurm import srun_task_env
@@ -46,19 +46,6 @@ def spec(tmp_path: Path, **fields: Any) -> Any:
     train = tmp_path / "t.yaml"
     train.write_text("stage: sft\n")
     return parse_job_spec({"name": "j", "train_config": str(train), **fields}, tmp_path / "job.yaml")
-
-
-def alloc(requeue: Requeue | None, *, ranks: bool = False) -> Allocation:
-    return Allocation(
-        run_id="r1",
-        run_dir="/var/lib/mift/runs/r1",
-        nodes=("node1", "node2"),
-        gpus_per_node=8,
-        stop_grace_s=8,
-        options=SlurmOptions(),
-        ranks=ranks,
-        requeue=requeue,
-    )
 
 
 # --- the batch script --------------------------------------------------------------------------------------
