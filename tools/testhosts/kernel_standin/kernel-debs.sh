@@ -32,6 +32,7 @@ deb() {  # deb NAME DEPENDS POSTINST-HOOK-DIR FILE... (FILE: path=content)
   done
   if [ -n "$hooks" ]; then
     # as Debian's kernel packages run them: the release, then the image path (header hooks: the release only)
+    # shellcheck disable=SC2016  # $1 is the postinst's own argument
     printf '#!/bin/sh\nset -e\n[ "$1" = configure ] || exit 0\nrun-parts --report --exit-on-error --arg=%s %s %s\n' \
       "$release" "$([ "$hooks" = /etc/kernel/postinst.d ] && echo "--arg=/boot/vmlinuz-$release")" "$hooks" \
       > "$tmp/DEBIAN/postinst"
