@@ -2,12 +2,14 @@
 
 Real kernel release strings, each with where it was seen:
 - ``6.8.0-45-generic``: ``Python platform: Linux-6.8.0-45-generic-x86_64-with-glibc2.35`` in an 8x MI300X
-  collect_env capture (shared/fixtures/gpu-tools/torch/mi300x_x8_vllm_collect_env_dstack_tgi_vs_vllm.txt); glibc
-  2.35 is Ubuntu 22.04, whose GA kernel is 5.15 (shared/reference/domain-facts.md §1.1), so this is the HWE kernel.
-- ``6.14.0-29-generic``: AMD's post-install ``dkms status`` sample on Ubuntu 24.04 (domain-facts §1.7); 24.04's GA
-  kernel is 6.8, so HWE.
-- ``5.15.0-1073-azure``: the MI300X VF Azure VM of tests/fixtures/gpu-tools/INDEX.md (rocminfo/NEG_mi300x_vf_x4_azure_rccl_issue1728.txt).
-- ``6.2.0-060200-generic``: a mainline build that amdgpu-dkms refused (shared/reference/anchors-and-user-needs.md).
+  collect_env capture (shared/fixtures/gpu-tools/torch/mi300x_x8_vllm_collect_env_dstack_tgi_vs_vllm.txt);
+  glibc 2.35 is Ubuntu 22.04, whose GA kernel is 5.15 (shared/reference/domain-facts.md §1.1): the HWE kernel.
+- ``6.14.0-29-generic``: AMD's post-install ``dkms status`` sample on Ubuntu 24.04 (domain-facts §1.7);
+  24.04's GA kernel is 6.8, so HWE.
+- ``5.15.0-1073-azure``: the MI300X VF Azure VM of tests/fixtures/gpu-tools/INDEX.md
+  (rocminfo/NEG_mi300x_vf_x4_azure_rccl_issue1728.txt).
+- ``6.2.0-060200-generic``: a mainline build that amdgpu-dkms refused
+  (shared/reference/anchors-and-user-needs.md).
 - ``5.15.0-125-generic``: Ubuntu 22.04's GA series (5.15) in Ubuntu's <series>.0-<abi>-<flavour> form.
 - ``6.1.0-57-amd64`` / ``6.1.0-50-amd64``: Debian 12's ``linux-headers-amd64`` 6.1.192-3 / 6.1.176-1 depend on
   ``linux-headers-6.1.0-57-amd64`` / ``-50-amd64`` (``apt-cache show linux-headers-amd64`` on Debian 12).
@@ -26,14 +28,17 @@ sys.path.insert(0, str(ROOT / "roles" / "mift_defaults" / "filter_plugins"))
 
 import mift_kernel as k  # noqa: E402
 
+HWE_2204 = "generic-hwe-22.04"
+HWE_2404 = "generic-hwe-24.04"
+
 
 @pytest.mark.parametrize(
     ("release", "distribution", "version", "headers", "tools"),
     [
         ("5.15.0-125-generic", "Ubuntu", "22.04", "linux-headers-generic", "linux-tools-generic"),
-        ("6.8.0-45-generic", "Ubuntu", "22.04", "linux-headers-generic-hwe-22.04", "linux-tools-generic-hwe-22.04"),
+        ("6.8.0-45-generic", "Ubuntu", "22.04", f"linux-headers-{HWE_2204}", f"linux-tools-{HWE_2204}"),
         ("6.8.0-45-generic", "Ubuntu", "24.04", "linux-headers-generic", "linux-tools-generic"),
-        ("6.14.0-29-generic", "Ubuntu", "24.04", "linux-headers-generic-hwe-24.04", "linux-tools-generic-hwe-24.04"),
+        ("6.14.0-29-generic", "Ubuntu", "24.04", f"linux-headers-{HWE_2404}", f"linux-tools-{HWE_2404}"),
         ("6.1.0-57-amd64", "Debian", "12", "linux-headers-amd64", ""),
         ("6.1.0-50-amd64", "Debian", "12", "linux-headers-amd64", ""),
     ],
@@ -55,17 +60,20 @@ def test_the_running_kernels_flavour_gives_its_metapackage(
         ("6.1.0-57-amd64", "RedHat", "9"),
     ],
 )
-def test_no_metapackage_where_the_flavour_has_none_known(release: str, distribution: str, version: str) -> None:
+def test_no_metapackage_where_the_flavour_has_none_known(
+    release: str, distribution: str, version: str
+) -> None:
     assert k.kernel_metapackage(release, "headers", distribution, version) == ""
     assert k.kernel_metapackage(release, "tools", distribution, version) == ""
 
 
 def test_an_unknown_kind_is_refused_in_one_line() -> None:
-    with pytest.raises(ValueError, match=r"^error: mift_kernel_metapackage: kind 'modules' is not one of headers, tools$"):
+    want = r"^error: mift_kernel_metapackage: kind 'modules' is not one of headers, tools$"
+    with pytest.raises(ValueError, match=want):
         k.kernel_metapackage("5.15.0-125-generic", "modules", "Ubuntu", "22.04")
 
 
 def test_the_filter_is_registered_under_its_name() -> None:
-    assert k.FilterModule().filters()["mift_kernel_metapackage"]("6.8.0-45-generic", "headers", "Ubuntu", "22.04") == (
-        "linux-headers-generic-hwe-22.04"
-    )
+    flt = k.FilterModule().filters()["mift_kernel_metapackage"]
+    assert callable(flt)
+    assert flt("6.8.0-45-generic", "headers", "Ubuntu", "22.04") == "linux-headers-generic-hwe-22.04"
