@@ -43,7 +43,7 @@ FAST = {"backoff_s": 1}  # the suite's retries wait 1 s, not the default 30
 # are not touched, and the reference run gets the same environment
 SLOW_ENV = {**ENV, "PYTHONPATH": INJECT_DIR, "MIFT_FAULTS_SLOW_STEPS": f"{KILL_AT + 1}:8"}
 # the spare case: 2 trainers and 1 spare of their own rig, the output_dir in a folder all 3 share
-SPARES_RIG_ID = rig_id_from_env("FAULTS_SPARES_RIG_ID", 8)  # not 7: molecule kernel_upgrade runs on 7 meanwhile
+SPARES_RIG_ID = rig_id_from_env("FAULTS_SPARES_RIG_ID", 8)  # not 7: kernel_upgrade holds it meanwhile
 SHARED = Path(f"/srv/mift{SPARES_RIG_ID}-shared")  # the same path on the controller and in every host
 
 
