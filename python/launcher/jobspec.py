@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from launcher import recovery
 from launcher.config_io import decode_text, load_yaml_text, read_config_bytes
 from launcher.exceptions import ConfigurationError
+from launcher.nodelayout import layout
 from launcher.problems import Problem
 from launcher.watchdog import WatchdogOptions
 
@@ -464,7 +465,7 @@ def resume_path_problem(value: str) -> str | None:
     if not value.startswith("/") and (not parts or parts[0] != ".."):
         return (
             f"{value}: a relative checkpoint is looked up in the new node run directory "
-            "(/var/lib/mift/runs/<run_id>/), which holds none; give its absolute path on the nodes (e.g. "
+            f"({layout().run_dir('<run_id>')}/), which holds none; give its absolute path on the nodes (e.g. "
             "<output_dir>/checkpoint-N with an absolute output_dir), or ../<run_id>/output/checkpoint-N"
         )
     return None

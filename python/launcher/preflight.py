@@ -267,7 +267,7 @@ def run_preflight(
         "mift_master_port": spec.master_port,
         "mift_output_dir": output_dir or spec.node_output_dir(run_id),
     }
-    if spec.node_venv is not None:  # else the inventory's mift_node_venv, else /opt/mift/venv
+    if spec.node_venv is not None:  # else the inventory's (preflight.yml, nodelayout)
         extravars["mift_node_venv"] = spec.node_venv
     if checkpoints_of:
         extravars["mift_checkpoints_of"] = checkpoints_of
