@@ -51,7 +51,7 @@ missing:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mift_wheel_index import expected_file, has_wheel, versions_for, wheel_files
+from ansible_collections.mift.cluster.plugins.module_utils.mift_wheel_index import expected_file, has_wheel, versions_for, wheel_files
 from ansible.module_utils.urls import open_url
 
 TIMEOUT_S = 60

@@ -84,7 +84,7 @@ count:
   type: int
   returned: always
 failures:
-  description: One line per failed check, "host: GPU i: found X, expected Y (likely cause: ...)".
+  description: 'One line per failed check, "host: GPU i: found X, expected Y (likely cause: ...)".'
   type: list
   returned: always
 verified:
@@ -109,7 +109,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ansible.module_utils.amd_gpu_parse import (
+from ansible_collections.mift.cluster.plugins.module_utils.amd_gpu_parse import (
     Expectation,
     ToolRun,
     format_table,
