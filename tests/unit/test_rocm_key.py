@@ -67,7 +67,7 @@ def run_module(tmp_path: Path, key: str, allowed: list[str]) -> dict[str, object
     """Run the real module through ansible (localhost, no host needed) and return its result."""
     env = {
         **os.environ,
-        # the collection mift.cluster as the checkout provides it (collections/ansible_collections/mift/cluster)
+        # the collection mift.cluster as the checkout provides it (collections/)
         "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"),
         "ANSIBLE_LOCALHOST_WARNING": "0",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",

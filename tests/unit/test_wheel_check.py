@@ -91,7 +91,7 @@ def run_module(
         text=True,
         env={
             **os.environ,
-            # the collection mift.cluster as the checkout provides it (collections/ansible_collections/mift/cluster)
+            # the collection mift.cluster as the checkout provides it (collections/)
             "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"),
             "ANSIBLE_LOCALHOST_WARNING": "0",
             "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
