@@ -48,6 +48,7 @@ INPUT_PATHS = (
     "ansible.cfg",
     "playbooks",
     "roles",
+    "plugins",
     "requirements",
     "configs",
     "inventory/demo/group_vars",

@@ -1,4 +1,4 @@
-"""Recovery (issue 28) on the test hosts: a run whose trainer is killed resumes by itself from the last
+"""Recovery on the test hosts: a run whose trainer is killed resumes by itself from the last
 checkpoint complete on every node and finishes, with the losses of an uninterrupted run; a run out of retries
 ends ``failed`` listing every attempt; a failure of the job itself is never retried; a node whose network is
 cut is excluded and a spare takes its place.

@@ -105,7 +105,7 @@ def run_passes(cluster: Cluster, name: str) -> dict[str, int]:
 def test_run_stages_model_and_dataset_and_records_their_manifests(
     cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Staging, tokenizing once and merging in a run pair (issue 31). Run 1: the model and dataset reach both
+    """Staging, tokenizing once and merging in a run pair. Run 1: the model and dataset reach both
     nodes, verified, before the start; the record holds their manifests; host1 tokenizes (one pass across the
     2 hosts, host2 gets the copy, neither trainer tokenizes); after it the adapter is merged on host1 and the
     merged model gives the same greedy tokens as base + adapter. Run 2, cutoff_len changed: nothing staged,

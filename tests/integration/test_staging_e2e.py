@@ -1,4 +1,4 @@
-"""Staging end to end (issue 31) on 2 test hosts: ``python -m launcher stage``, the real playbook and ssh.
+"""Staging end to end on 2 test hosts: ``python -m launcher stage``, the real playbook and ssh.
 
 Staging needs nothing the provisioning installs (ssh and the system ``python3``), so the hosts are bare ones
 of rig ``STAGING_E2E_RIG_ID`` (default 1), not the provisioned image. Shows, printing what the launcher

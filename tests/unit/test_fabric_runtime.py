@@ -1,4 +1,4 @@
-"""The collectives' transport at run time (issue 29 item 4): RCCL/NCCL's ``Using network X`` line parsed by
+"""The collectives' transport at run time: RCCL/NCCL's ``Using network X`` line parsed by
 the node agent, judged by the launcher while it follows a multi-node run where RDMA was expected.
 
 The parser runs over REAL captured lines (tests/fixtures/nccl, provenance in its PROVENANCE.md). The ``net``
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_engine_defects import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
+from test_cli_in_process import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 from test_fabric_env import roce_port_double
 
 from launcher.exceptions import ConfigurationError

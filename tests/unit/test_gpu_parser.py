@@ -1,4 +1,4 @@
-"""Unit tests of roles/gpu_verify/module_utils/amd_gpu_parse.py on every real capture.
+"""Unit tests of plugins/module_utils/amd_gpu_parse.py (role gpu_verify) on every real capture.
 
 The captures under tests/fixtures/gpu-tools/ are verbatim outputs posted by users of real AMD
 Instinct machines (see tests/fixtures/gpu-tools/INDEX.md and PROVENANCE.md). Each MI300X capture
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "roles" / "gpu_verify" / "module_utils"))
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 import amd_gpu_parse as p  # noqa: E402
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "roles" / "gpu_verify" / "module_utils"))
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 import amd_gpu_parse as p  # noqa: E402
 

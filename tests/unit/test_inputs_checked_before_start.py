@@ -1,4 +1,4 @@
-"""What ``validate`` says ok, ``run`` runs (issue 32): every job-spec field is checked as the run uses it.
+"""What ``validate`` says ok, ``run`` runs: every job-spec field is checked as the run uses it.
 
 On the controller (``launcher validate`` and ``run`` alike): ``output_dir`` templates name only known fields
 and braces pair, a relative ``resume`` path that can never exist on a node is refused. On the nodes (the one

@@ -1,4 +1,4 @@
-"""Merging after the run (issue 31): which runs merge, on which node, what the node program is asked, how
+"""Merging after the run: which runs merge, on which node, what the node program is asked, how
 the smoke check's verdict is said and recorded (the node side runs in the rig case; a test double here)."""
 
 from __future__ import annotations

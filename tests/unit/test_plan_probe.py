@@ -1,4 +1,4 @@
-"""The probe (issue #16 item 4): which candidates it runs, how it measures, how it picks, and its wiring.
+"""The probe (``plan --probe``): which candidates it runs, how it measures, how it picks, and its wiring.
 
 The GPU runs are replaced by :class:`FakeGpuProber`, a test double that stands in for training on a GPU (this
 machine has none): it answers each candidate with a scripted tokens/s. The real runner

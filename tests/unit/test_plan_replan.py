@@ -1,4 +1,4 @@
-"""Re-planning after out of memory (issue 28 item 6): the planner's inputs -> the next attempt's plan, and the
+"""Re-planning after out of memory: the planner's inputs -> the next attempt's plan, and the
 one line with the memory numbers when nothing smaller fits."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The node platform report (roles/gpu_verify/module_utils/mift_platform.py).
+"""The node platform report (plugins/module_utils/mift_platform.py, used by the gpu_verify role).
 
 GPU memory partitions come from real amd-smi and rocm-smi captures (tests/fixtures/gpu-tools,
 provenance in its INDEX.md). The sysfs/procfs values are written in the kernel's formats
@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_TOOLS = REPO / "tests" / "fixtures" / "gpu-tools"
-sys.path.insert(0, str(REPO / "roles" / "gpu_verify" / "module_utils"))
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 
 import mift_platform as mp  # noqa: E402
 

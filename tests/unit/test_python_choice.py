@@ -1,4 +1,4 @@
-"""The node venv's interpreter decision (roles/python_env/module_utils/mift_python_choice.py).
+"""The node venv's interpreter decision (plugins/module_utils/mift_python_choice.py, role python_env).
 
 Ubuntu 22.04's python3 is 3.10, below the stack's minimum (LLaMA-Factory 0.9.5 and numpy 2.4.6 need 3.11):
 jammy gets python3.11 from jammy-updates; noble (3.12) and bookworm (3.11) their system python3. Every row
@@ -17,7 +17,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "roles" / "python_env" / "module_utils"))
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
 import mift_python_choice as c  # noqa: E402
 

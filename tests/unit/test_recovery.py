@@ -1,4 +1,4 @@
-"""Recovery (issue 28): the failure kinds, the retry decisions, the job spec's policy, the attempts' record
+"""Recovery: the failure kinds, the retry decisions, the job spec's policy, the attempts' record
 and report, and the engine's attempt loop in-process against a test double of the nodes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_engine_defects import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
+from test_cli_in_process import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 from test_plan_wiring import SHAPE_8B
 
 from launcher import recovery
@@ -616,7 +616,7 @@ def test_a_stall_not_retried_ends_the_run_stalled(lab, monkeypatch, capsys):  # 
     assert FlakyNodesDouble.launches == 1
 
 
-# --- out of memory (issue 28 item 6) ------------------------------------------------------------------------
+# --- out of memory, re-planned ------------------------------------------------------------------------------
 
 
 def _auto_job(lab: Path, name: str, **extra: Any) -> Path:  # noqa: F811 - the lab fixture's folder

@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 KEYS = REPO / "tests" / "fixtures" / "openpgp_TEST_DOUBLE"
-sys.path.insert(0, str(REPO / "roles" / "rocm" / "module_utils"))
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 
 import mift_openpgp as pgp  # noqa: E402
 
@@ -67,8 +67,8 @@ def run_module(tmp_path: Path, key: str, allowed: list[str]) -> dict[str, object
     """Run the real module through ansible (localhost, no host needed) and return its result."""
     env = {
         **os.environ,
-        "ANSIBLE_LIBRARY": str(REPO / "roles" / "rocm" / "library"),
-        "ANSIBLE_MODULE_UTILS": str(REPO / "roles" / "rocm" / "module_utils"),
+        # the collection mift.cluster as the checkout provides it (collections/)
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"),
         "ANSIBLE_LOCALHOST_WARNING": "0",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
     }
@@ -82,7 +82,7 @@ def run_module(tmp_path: Path, key: str, allowed: list[str]) -> dict[str, object
             "-c",
             "local",
             "-m",
-            "mift_pgp_key",
+            "mift.cluster.mift_pgp_key",
             "-a",
             args,
         ],

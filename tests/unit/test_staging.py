@@ -1,4 +1,4 @@
-"""Staging (issue 31): the manifest and its hash cache, what differs, free disk, the node's receiving side
+"""Staging: the manifest and its hash cache, what differs, free disk, the node's receiving side
 (temp name, checksum, disk full, resume), the job spec's ``stage`` keys, whole passes on a loopback node."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from mift_testsupport import gpu_telemetry
 from mift_testsupport.gpu_telemetry import metric_document
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-tools"
-ISSUE_134 = (
+ROCM7_PDB_CAPTURE = (
     FIXTURES
     / "rocm7/amd-smi/EDGE_metric-json-as-python-repr_mi300x_dpx_rocm7.0.2_amdsmi-issue134_TRUNCATED.txt"
 )
@@ -71,9 +71,10 @@ def text_view_to_json(text: str) -> list[dict[str, Any]]:
     return gpus
 
 
-def issue_134_document() -> dict[str, Any]:
-    """Return GPU 0 of issue #134 (``gpu`` and ``usage`` as printed, ``usage`` closed before the cut)."""
-    lines = ISSUE_134.read_text(encoding="utf-8").splitlines()
+def rocm7_gpu0_document() -> dict[str, Any]:
+    """Return GPU 0 of the ROCm 7.0.2 pdb capture (ROCm/amdsmi issue #134): ``gpu`` and ``usage`` as printed,
+    ``usage`` closed before the cut."""
+    lines = ROCM7_PDB_CAPTURE.read_text(encoding="utf-8").splitlines()
     gpu = int(lines[lines.index("(Pdb) rocm_metrics['gpu_data'][0]['gpu']") + 1])
     usage_line = lines[lines.index("(Pdb) rocm_metrics['gpu_data'][0]['usage']") + 1]
     usage = ast.literal_eval(usage_line.split(", 'jpeg_busy'")[0] + "}")
@@ -83,8 +84,8 @@ def issue_134_document() -> dict[str, Any]:
 # --- parsers over the real captures ------------------------------------------------------------------
 
 
-def test_rocm7_shape_from_issue_134() -> None:
-    (gpu,) = g.parse_amd_metric(json.dumps(issue_134_document(), indent=4))
+def test_rocm7_gpu_data_shape_reads_usage_and_leaves_the_unseen_unknown() -> None:
+    (gpu,) = g.parse_amd_metric(json.dumps(rocm7_gpu0_document(), indent=4))
     assert gpu["gpu"] == 0
     assert gpu["util_pct"] == 0.0
     assert gpu["mem_util_pct"] == 0.0
@@ -125,7 +126,7 @@ def test_double_document_carries_the_watch_capture_values() -> None:
 
 def test_amd_warning_line_before_the_json_is_skipped() -> None:
     text = "WARNING: User is missing the following required groups: render, video.\n" + json.dumps(
-        issue_134_document()
+        rocm7_gpu0_document()
     )
     assert g.parse_amd_metric(text)[0]["gpu"] == 0
 

@@ -1,4 +1,4 @@
-"""Tokenize once (issue 31): what the cache key covers, what makes a new tokenization, the controller's copy
+"""Tokenize once: what the cache key covers, what makes a new tokenization, the controller's copy
 checked before use, and whole passes on a loopback node whose tokenizer is a test double."""
 
 from __future__ import annotations

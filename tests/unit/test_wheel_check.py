@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "roles" / "pytorch" / "module_utils"))
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 
 import mift_wheel_index as wi  # noqa: E402
 
@@ -86,13 +86,13 @@ def run_module(
     args = json.dumps({"index": index, "pins": pins, "tags_by_host": tags})
     ansible = str(Path(sys.executable).parent / "ansible")
     proc = subprocess.run(
-        [ansible, "localhost", "-c", "local", "-m", "mift_wheel_check", "-a", args],
+        [ansible, "localhost", "-c", "local", "-m", "mift.cluster.mift_wheel_check", "-a", args],
         capture_output=True,
         text=True,
         env={
             **os.environ,
-            "ANSIBLE_LIBRARY": str(REPO / "roles" / "pytorch" / "library"),
-            "ANSIBLE_MODULE_UTILS": str(REPO / "roles" / "pytorch" / "module_utils"),
+            # the collection mift.cluster as the checkout provides it (collections/)
+            "ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections"),
             "ANSIBLE_LOCALHOST_WARNING": "0",
             "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
         },

@@ -1,4 +1,4 @@
-"""The defects of issue 15, one test each, run in-process through ``launcher.main.cli``.
+"""Defects once found in run, validate and plan: one test each, in-process through ``launcher.main.cli``.
 
 ``run`` is driven against ``NodesDouble``, a test double of ``launcher.runner.PlaybookRunner`` (this machine
 has no nodes for these tests): it answers the preflight and launch playbooks as two healthy CPU nodes would

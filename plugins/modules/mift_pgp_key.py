@@ -55,7 +55,11 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mift_openpgp import KeyFileError, normalise, primary_fingerprints
+from ansible_collections.mift.cluster.plugins.module_utils.mift_openpgp import (
+    KeyFileError,
+    normalise,
+    primary_fingerprints,
+)
 
 
 def main() -> None:

@@ -51,8 +51,13 @@ missing:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mift_wheel_index import expected_file, has_wheel, versions_for, wheel_files
 from ansible.module_utils.urls import open_url
+from ansible_collections.mift.cluster.plugins.module_utils.mift_wheel_index import (
+    expected_file,
+    has_wheel,
+    versions_for,
+    wheel_files,
+)
 
 TIMEOUT_S = 60
 

@@ -84,7 +84,7 @@ count:
   type: int
   returned: always
 failures:
-  description: One line per failed check, "host: GPU i: found X, expected Y (likely cause: ...)".
+  description: 'One line per failed check, "host: GPU i: found X, expected Y (likely cause: ...)".'
   type: list
   returned: always
 verified:
@@ -109,13 +109,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ansible.module_utils.amd_gpu_parse import (
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.mift.cluster.plugins.module_utils.amd_gpu_parse import (
     Expectation,
     ToolRun,
     format_table,
     verify_node,
 )
-from ansible.module_utils.basic import AnsibleModule
 
 CHECKS = ["arch", "count", "product", "vf", "partition", "vram"]
 # Environment variables that hide GPUs from ROCm programs (ROCm docs, "GPU isolation techniques").

@@ -40,7 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mift_platform import PlatformInputs, memory_partitions, report
+from ansible_collections.mift.cluster.plugins.module_utils.mift_platform import (
+    PlatformInputs,
+    memory_partitions,
+    report,
+)
 
 TOOL_TIMEOUT_S = 120
 

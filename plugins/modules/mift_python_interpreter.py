@@ -74,7 +74,7 @@ minimum:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.mift_python_choice import (
+from ansible_collections.mift.cluster.plugins.module_utils.mift_python_choice import (
     MIN_PYTHON,
     UnsupportedPlatformError,
     choose,
