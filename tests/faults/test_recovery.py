@@ -5,7 +5,7 @@ cut is excluded and a spare takes its place.
 
 The uninterrupted reference run (the same job, seed and checkpoints, nothing injected) is made once per module
 and shared: its per-step losses are what the recovered run's losses are compared with. The spare case runs on
-3 hosts of its own rig (``FAULTS_SPARES_RIG_ID``, default 8) sharing one folder (the output_dir on a shared
+3 hosts of its own rig (``FAULTS_SPARES_RIG_ID``, default 5) sharing one folder (the output_dir on a shared
 file system that spares need), taken down after it.
 """
 
@@ -43,7 +43,9 @@ FAST = {"backoff_s": 1}  # the suite's retries wait 1 s, not the default 30
 # are not touched, and the reference run gets the same environment
 SLOW_ENV = {**ENV, "PYTHONPATH": INJECT_DIR, "MIFT_FAULTS_SLOW_STEPS": f"{KILL_AT + 1}:8"}
 # the spare case: 2 trainers and 1 spare of their own rig, the output_dir in a folder all 3 share
-SPARES_RIG_ID = rig_id_from_env("FAULTS_SPARES_RIG_ID", 8)  # not 7: kernel_upgrade holds it meanwhile
+# 5: in CI the faults stage follows the image, launcher-e2e and slurm-e2e on rig 5 in the same lane (7 and 8
+# are the other lane's kernel_upgrade and plan-global-batch, at the same time)
+SPARES_RIG_ID = rig_id_from_env("FAULTS_SPARES_RIG_ID", 5)
 SHARED = Path(f"/srv/mift{SPARES_RIG_ID}-shared")  # the same path on the controller and in every host
 
 
