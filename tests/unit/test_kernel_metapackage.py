@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_rocm_release_map import _RENDER
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "roles" / "mift_defaults" / "filter_plugins"))
@@ -82,35 +83,8 @@ def test_the_filter_is_registered_under_its_name() -> None:
     assert flt("6.8.0-45-generic", "headers", "Ubuntu", "22.04") == "linux-headers-generic-hwe-22.04"
 
 
-# The roles' vars, templated by Ansible's Templar with the filter plugin loaded (a child process: importing
-# ansible patches sys.intern, see test_rocm_release_map.py).
-_RENDER = """
-import json, sys
-import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import filter_loader
-from ansible.template import Templar, trust_as_template
-
-def trust(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {key: trust(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [trust(item) for item in value]
-    return value
-
-filters, role, expr, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-filter_loader.add_directory(filters)
-variables = {}
-for name in ("defaults", "vars"):
-    with open(f"{role}/{name}/main.yml", encoding="utf-8") as fh:
-        variables.update(yaml.safe_load(fh))
-variables = trust(variables)
-variables.update(mift_defaults_facts_dir="/etc/ansible/facts.d", mift_defaults_rocm_version="7.2.1")
-variables.update(overrides)
-print(json.dumps(Templar(loader=DataLoader(), variables=variables).template(trust_as_template(expr))))
-"""
+# The roles' vars, templated by Ansible's Templar with the filter plugin loaded: test_rocm_release_map's
+# child-process script (importing ansible patches sys.intern), given the filter folder.
 
 
 def render(role: str, expr: str, release: str, distribution: str, version: str, **overrides: Any) -> Any:
@@ -126,10 +100,10 @@ def render(role: str, expr: str, release: str, distribution: str, version: str, 
             sys.executable,
             "-c",
             _RENDER,
-            str(ROOT / "roles" / "mift_defaults" / "filter_plugins"),
             str(ROOT / "roles" / role),
             expr,
-            json.dumps({"ansible_facts": facts, **overrides}),
+            json.dumps({"ansible_facts": facts, "mift_defaults_rocm_version": "7.2.1", **overrides}),
+            str(ROOT / "roles" / "mift_defaults" / "filter_plugins"),
         ],
         capture_output=True,
         text=True,

@@ -38,6 +38,9 @@ def trust(value):
     return value
 
 role, expr, overrides = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+if len(sys.argv) > 4:  # a filter plugin folder (test_kernel_metapackage.py: mift_defaults' filters)
+    from ansible.plugins.loader import filter_loader
+    filter_loader.add_directory(sys.argv[4])
 variables = {}
 for name in ("defaults", "vars"):
     with open(f"{role}/{name}/main.yml", encoding="utf-8") as fh:
