@@ -10,9 +10,17 @@ import yaml
 
 from launcher.commands import plan as plan_command
 from launcher.exceptions import ConfigurationError
+from launcher.planning.hardware import NODE_PRESETS
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Strategy, Workload, activation_bytes
 from launcher.planning.model import BUNDLED_DIR, ModelShape, load_shape
-from launcher.planning.training import TrainingPlan, choose_deepspeed_config, plan_training, write_auto_config
+from launcher.planning.training import (
+    TrainingPlan,
+    choose_deepspeed_config,
+    plan_as_written,
+    plan_training,
+    plan_training_from_yaml,
+    write_auto_config,
+)
 
 H200 = Cluster(nodes=1, gpus_per_node=1, gpu_mem_gib=140.4, host_mem_gib=125)
 MI300X = 191.98
@@ -169,3 +177,24 @@ def test_node_paths_fall_back_to_bundled_configs_and_unknown_host_ram_is_not_che
     assert (name, config) == ("none", {})
     with pytest.raises(ConfigurationError, match="pass --model-config"):
         choose_deepspeed_config("/opt/models/my-own-model", train, 1, 1, MI300X, 0)
+
+
+def test_a_fixed_split_is_a_training_plan_of_one_split_that_picks_by_the_measured_speed_order():
+    # Llama-3-70B LoRA r16, micro-batch 1, cutoff 4096 on one 8 x MI300X node: at the YAML's split, predicted
+    # tokens/s put ZeRO-2 ahead of DDP (plan: auto's view); the fixed split keeps the measured order: DDP
+    train = {"finetuning_type": "lora", "lora_rank": 16, "per_device_train_batch_size": 1, "cutoff_len": 4096}
+    cluster = NODE_PRESETS["mi300x"].cluster()
+    fixed = plan_as_written(LLAMA3_70B, train, cluster)
+    assert {c.split for c in fixed.candidates} == {fixed.as_written}
+    assert tuple(c.strategy for c in fixed.candidates) == SPEED_RANK
+    assert fixed.choice is not None and fixed.choice.strategy is Strategy.NONE
+    auto = plan_training_from_yaml(LLAMA3_70B, train, cluster)
+    assert auto.yaml_best is not None and auto.yaml_best.strategy is Strategy.ZERO2
+    # one estimate, one margin, one fit test: the fixed split's candidates are auto's at that split
+    at_split = {c.strategy: c for c in auto.at_split(auto.as_written)}
+    assert fixed.margin == auto.margin == 0.10
+    for c in fixed.candidates:
+        twin = at_split[c.strategy]
+        assert (c.estimate, c.fits_gpu, c.fits_host) == (twin.estimate, twin.fits_gpu, twin.fits_host)
+    # the engine's deepspeed: auto under plan: as_written is this plan's choice
+    assert choose_deepspeed_config("/opt/models/Meta-Llama-3-70B", train, 8, 1, 191.98, 1536) == ("none", {})
