@@ -5,7 +5,7 @@ SFT once per strategy (no DeepSpeed, ZeRO-2, ZeRO-3, ZeRO-3 + optimizer offload,
 offload), samples nvidia-smi memory, reads LLaMA-Factory's train metrics and the torch peak of every process
 (bench/gpu/memhook), and prints tokens/s, step time, peak GPU memory and start-up time next to the planner's
 estimate and choice. The DeepSpeed JSONs are the planner's own (launcher.planning.dsconfig); the
-``deepspeed: auto`` choice comes from launcher.plan.choose_deepspeed_config.
+``deepspeed: auto`` choice comes from launcher.planning.training.choose_deepspeed_config.
 
 Two ways to start each run:
 
@@ -40,10 +40,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 
-from launcher.plan import choose_deepspeed_config, make_plan, workload_from_train  # noqa: E402
 from launcher.planning.dsconfig import deepspeed_config  # noqa: E402
+from launcher.planning.hardware import NODE_PRESETS  # noqa: E402
 from launcher.planning.memory import Cluster, Strategy  # noqa: E402
 from launcher.planning.model import load_shape  # noqa: E402
+from launcher.planning.training import choose_deepspeed_config, plan_as_written  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench" / "gpu"))
 from make_assets import SHAPES  # noqa: E402
@@ -463,7 +464,12 @@ def main() -> None:
     ap.add_argument(
         "--inventory", type=Path, default=INVENTORY, help="--launcher: the GPU machine's inventory"
     )
-    ap.add_argument("--gpu-mem-gib", type=float, default=140.4, help="--dry-run: memory per GPU (H200)")
+    ap.add_argument(
+        "--gpu-mem-gib",
+        type=float,
+        default=NODE_PRESETS["h200"].gpu_mem_gib,
+        help="--dry-run: memory per GPU (default: the H200 preset's)",
+    )
     args = ap.parse_args()
     t_start = time.time()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -495,7 +501,7 @@ def main() -> None:
     cluster = Cluster(nodes=1, gpus_per_node=1, gpu_mem_gib=gpu_mem_gib, host_mem_gib=host_mem_gib())
     train = {**TRAIN, "max_steps": args.steps}
     shape = load_shape(assets / "model")
-    plan = make_plan(workload_from_train(shape, train), cluster)
+    plan = plan_as_written(shape, train, cluster)
     plan_json = plan.as_json()
     auto_name, _auto_cfg = choose_deepspeed_config(
         assets / "model", train, 1, 1, gpu_mem_gib, cluster.host_mem_gib

@@ -13,9 +13,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-from launcher.plan import make_plan  # noqa: E402
 from launcher.planning.memory import GIB, Cluster, Workload  # noqa: E402
 from launcher.planning.model import ModelShape  # noqa: E402
+from launcher.planning.training import plan_training  # noqa: E402
 
 SHAPES = {
     "3b": ModelShape(hidden=3072, intermediate=8192, layers=28, heads=24, kv_heads=8, vocab=4004),
@@ -30,10 +30,10 @@ def main() -> None:
         shape = SHAPES[data["shape"]]
         work = Workload(shape, "lora", micro_batch=inputs["micro_batch"], cutoff_len=inputs["cutoff_len"])
         cluster = Cluster(1, 1, inputs["gpu_mem_gib"], inputs["host_mem_gib"])
-        plan = make_plan(work, cluster)
-        est = {e.strategy.value: e for e in plan.estimates}
+        plan = plan_training(work, cluster, accumulation=1, fixed_split=True)
+        est = {c.strategy.value: c.estimate for c in plan.candidates}
         best = max((r["tokens_per_s"] or 0) for r in data["runs"])
-        pick = plan.choice.value if plan.choice else None
+        pick = plan.choice.strategy.value if plan.choice else None
         print(f"\n{data['shape']}: {shape.total_params() / 1e9:.2f} B params; planner pick now: {pick}")
         print(
             "| strategy | est GPU MiB | peak nvidia-smi MiB | est/measured | tokens/s | vs best "

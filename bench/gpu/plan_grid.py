@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO / "bench" / "gpu"))
 
 from gpu_strategies import TRAIN, dry_assets, host_mem_gib, run_launcher, smi  # noqa: E402
 from launcher.planning.dsconfig import deepspeed_config  # noqa: E402
-from launcher.planning.hardware import H200  # noqa: E402
+from launcher.planning.hardware import H200, NODE_PRESETS  # noqa: E402
 from launcher.planning.memory import Cluster, Strategy, Workload  # noqa: E402
 from launcher.planning.model import load_shape  # noqa: E402
 from launcher.planning.speed import model_flops_per_token  # noqa: E402
@@ -169,7 +169,7 @@ def main() -> None:
     base = {**TRAIN, "per_device_train_batch_size": 2, "gradient_accumulation_steps": args.global_batch // 2}
     if args.dry_run:
         dry_assets(assets, args.shape)
-        gpu, gpu_mem, peak = "(dry run)", 140.4, H200.peak_bf16_tflops
+        gpu, gpu_mem, peak = "(dry run)", NODE_PRESETS["h200"].gpu_mem_gib, H200.peak_bf16_tflops
     else:
         if not (assets / "model" / "config.json").exists():
             t0 = time.time()

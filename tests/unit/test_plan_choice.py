@@ -10,9 +10,17 @@ import yaml
 
 from launcher.commands import plan as plan_command
 from launcher.exceptions import ConfigurationError
-from launcher.plan import choose_deepspeed_config, make_plan, write_auto_config
+from launcher.planning.hardware import NODE_PRESETS
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Strategy, Workload, activation_bytes
 from launcher.planning.model import BUNDLED_DIR, ModelShape, load_shape
+from launcher.planning.training import (
+    TrainingPlan,
+    choose_deepspeed_config,
+    plan_as_written,
+    plan_training,
+    plan_training_from_yaml,
+    write_auto_config,
+)
 
 H200 = Cluster(nodes=1, gpus_per_node=1, gpu_mem_gib=140.4, host_mem_gib=125)
 MI300X = 191.98
@@ -21,16 +29,21 @@ SHAPE_3B = ModelShape(hidden=3072, intermediate=8192, layers=28, heads=24, kv_he
 LLAMA3_70B = load_shape(BUNDLED_DIR / "llama3_70b.json")
 
 
+def make_plan(workload: Workload, cluster: Cluster) -> TrainingPlan:
+    """The plan of the YAML's own split (plan: as_written): one candidate per strategy, in speed rank."""
+    return plan_training(workload, cluster, accumulation=1, fixed_split=True)
+
+
 def test_3b_lora_on_one_h200_picks_no_deepspeed():
     plan = make_plan(Workload(SHAPE_3B, "lora", micro_batch=2, cutoff_len=1024), H200)
-    assert plan.choice is Strategy.NONE
-    assert all(plan.fits(e) for e in plan.estimates)
+    assert plan.choice.strategy is Strategy.NONE
+    assert all(c.fits for c in plan.candidates)
 
 
 def test_3b_estimate_is_within_20_percent_of_the_measured_peak():
     # gpu-lab README: no DeepSpeed, micro-batch 2, cutoff 1024: 7779 MiB (nvidia-smi, context included)
     plan = make_plan(Workload(SHAPE_3B, "lora", micro_batch=2, cutoff_len=1024), H200)
-    assert plan.estimates[0].gpu_total / GIB * 1024 == pytest.approx(7779, rel=0.20)
+    assert plan.candidates[0].estimate.gpu_total / GIB * 1024 == pytest.approx(7779, rel=0.20)
 
 
 def test_70b_lora_on_one_mi300x_at_the_seed_settings_fits_without_deepspeed():
@@ -39,36 +52,36 @@ def test_70b_lora_on_one_mi300x_at_the_seed_settings_fits_without_deepspeed():
     plan = make_plan(
         Workload(LLAMA3_70B, "lora", micro_batch=1, cutoff_len=2048), Cluster(1, 1, MI300X, 1536)
     )
-    assert plan.choice is Strategy.NONE
-    assert 135 < plan.estimates[0].gpu_total / GIB < 150
+    assert plan.choice.strategy is Strategy.NONE
+    assert 135 < plan.candidates[0].estimate.gpu_total / GIB < 150
 
 
 def test_70b_lora_long_context_does_not_pick_ddp():
     work = Workload(LLAMA3_70B, "lora", micro_batch=2, cutoff_len=8192)
     one = make_plan(work, Cluster(1, 1, MI300X, 1536))
-    assert not one.fits(one.estimates[0])
+    assert not one.candidates[0].fits
     assert one.choice is None  # param offload does not lower one GPU's peak (measured), so nothing fits
     assert "Nothing fits" in one.reason()
     two = make_plan(work, Cluster(1, 2, MI300X, 1536))
-    assert two.choice is Strategy.ZERO3
+    assert two.choice.strategy is Strategy.ZERO3
     eight = make_plan(work, Cluster(1, 8, MI300X, 1536))
-    assert eight.choice is Strategy.ZERO3
+    assert eight.choice.strategy is Strategy.ZERO3
 
 
 def test_70b_full_finetune_on_8_mi300x_needs_zero3():
     plan = make_plan(
         Workload(LLAMA3_70B, "full", micro_batch=1, cutoff_len=2048), Cluster(1, 8, MI300X, 1536)
     )
-    assert plan.choice is Strategy.ZERO3
-    assert not plan.fits(plan.estimates[0]) and not plan.fits(plan.estimates[1])
+    assert plan.choice.strategy is Strategy.ZERO3
+    assert not plan.candidates[0].fits and not plan.candidates[1].fits
 
 
 def test_speed_order_and_that_each_slower_strategy_needs_no_more_gpu_memory():
     plan = make_plan(
         Workload(LLAMA3_70B, "full", micro_batch=1, cutoff_len=2048), Cluster(2, 8, MI300X, 1536)
     )
-    assert tuple(e.strategy for e in plan.estimates) == SPEED_RANK
-    gpu = [e.gpu_total for e in plan.estimates]
+    assert tuple(c.strategy for c in plan.candidates) == SPEED_RANK
+    gpu = [c.estimate.gpu_total for c in plan.candidates]
     assert gpu[2] >= gpu[3] >= gpu[4]
     assert gpu[0] > gpu[1] > gpu[2]
 
@@ -82,9 +95,9 @@ def test_gradient_checkpointing_off_costs_far_more_activation_memory():
 def test_host_memory_decides_offload():
     work = Workload(LLAMA3_70B, "full", micro_batch=1, cutoff_len=2048)
     plan = make_plan(work, Cluster(1, 8, 120.0, 512))
-    by = {e.strategy: e for e in plan.estimates}
-    assert plan.fits_gpu(by[Strategy.ZERO3_OFFLOAD_OPT])
-    assert not plan.fits_host(by[Strategy.ZERO3_OFFLOAD_OPT])  # 16 B x 70.6 B params of pinned host RAM
+    by = {c.strategy: c for c in plan.candidates}
+    assert by[Strategy.ZERO3_OFFLOAD_OPT].fits_gpu
+    assert not by[Strategy.ZERO3_OFFLOAD_OPT].fits_host  # 16 B x 70.6 B params of pinned host RAM
     assert plan.choice is None
 
 
@@ -164,3 +177,24 @@ def test_node_paths_fall_back_to_bundled_configs_and_unknown_host_ram_is_not_che
     assert (name, config) == ("none", {})
     with pytest.raises(ConfigurationError, match="pass --model-config"):
         choose_deepspeed_config("/opt/models/my-own-model", train, 1, 1, MI300X, 0)
+
+
+def test_a_fixed_split_is_a_training_plan_of_one_split_that_picks_by_the_measured_speed_order():
+    # Llama-3-70B LoRA r16, micro-batch 1, cutoff 4096 on one 8 x MI300X node: at the YAML's split, predicted
+    # tokens/s put ZeRO-2 ahead of DDP (plan: auto's view); the fixed split keeps the measured order: DDP
+    train = {"finetuning_type": "lora", "lora_rank": 16, "per_device_train_batch_size": 1, "cutoff_len": 4096}
+    cluster = NODE_PRESETS["mi300x"].cluster()
+    fixed = plan_as_written(LLAMA3_70B, train, cluster)
+    assert {c.split for c in fixed.candidates} == {fixed.as_written}
+    assert tuple(c.strategy for c in fixed.candidates) == SPEED_RANK
+    assert fixed.choice is not None and fixed.choice.strategy is Strategy.NONE
+    auto = plan_training_from_yaml(LLAMA3_70B, train, cluster)
+    assert auto.yaml_best is not None and auto.yaml_best.strategy is Strategy.ZERO2
+    # one estimate, one margin, one fit test: the fixed split's candidates are auto's at that split
+    at_split = {c.strategy: c for c in auto.at_split(auto.as_written)}
+    assert fixed.margin == auto.margin == 0.10
+    for c in fixed.candidates:
+        twin = at_split[c.strategy]
+        assert (c.estimate, c.fits_gpu, c.fits_host) == (twin.estimate, twin.fits_gpu, twin.fits_host)
+    # the engine's deepspeed: auto under plan: as_written is this plan's choice
+    assert choose_deepspeed_config("/opt/models/Meta-Llama-3-70B", train, 8, 1, 191.98, 1536) == ("none", {})

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from launcher.exceptions import ConfigurationError
-from launcher.plan import workload_from_train
 from launcher.planning.model import (
     BUNDLED_DIR,
     LINEAR_MODULES,
@@ -15,6 +14,7 @@ from launcher.planning.model import (
     load_shape,
     shape_from_config,
 )
+from launcher.planning.training import base_workload
 
 LLAMA3_70B = BUNDLED_DIR / "llama3_70b.json"
 
@@ -49,13 +49,13 @@ def test_tied_embeddings_count_once_and_biases_add_vectors():
 
 def test_lora_targets_and_errors():
     m = load_shape(LLAMA3_70B)
-    w = workload_from_train(m, {"lora_target": "q_proj,v_proj", "lora_rank": 16})
+    w = base_workload(m, {"lora_target": "q_proj,v_proj", "lora_rank": 16})
     assert w.trainable_params == 80 * 16 * ((8192 + 8192) + (8192 + 1024))
-    assert workload_from_train(m, {"finetuning_type": "full"}).trainable_params == m.total_params()
+    assert base_workload(m, {"finetuning_type": "full"}).trainable_params == m.total_params()
     with pytest.raises(ConfigurationError, match="not a Llama linear module"):
-        workload_from_train(m, {"lora_target": "qkv"})
+        base_workload(m, {"lora_target": "qkv"})
     with pytest.raises(ConfigurationError, match="cutoff_len"):
-        workload_from_train(m, {"cutoff_len": 0})
+        base_workload(m, {"cutoff_len": 0})
 
 
 def test_bad_config_is_a_configuration_error(tmp_path):

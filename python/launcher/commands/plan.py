@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import BAD_INPUT, OK, ExitCode
 from launcher.planning.hardware import NODE_PRESETS
+from launcher.planning.memory import SAFETY_MARGIN
 
 if TYPE_CHECKING:
     from launcher.planning.hardware import Accelerator
@@ -48,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--gpu-mem-gib", type=float, help="usable memory per GPU in GiB")
     p.add_argument("--host-mem-gib", type=float, help="RAM per host in GiB")
     p.add_argument(
-        "--margin", type=float, help="safety margin (default: launcher.planning.memory.SAFETY_MARGIN, 0.1)"
+        "--margin", type=float, help=f"safety margin (default: {SAFETY_MARGIN}, launcher.planning.memory)"
     )
     p.add_argument(
         "--probe",
@@ -126,16 +127,17 @@ def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> 
 def run(args: argparse.Namespace) -> ExitCode:
     """Print the plan; exit 2 when nothing fits. The job is read by the engine's one loader.
 
-    Text: the per-strategy memory table at the YAML's own split (what ``deepspeed: auto`` compares), then the
-    whole training plan (:mod:`launcher.planning.training`): the candidate table, why the choice won and its
-    predicted gain over the YAML as written, and whether the job spec applies it (``plan: auto``).
+    Text: the per-strategy memory table at the YAML's own split (the fixed-split plan: what
+    ``deepspeed: auto`` compares under ``plan: as_written``), then the whole training plan
+    (:mod:`launcher.planning.training`): the candidate table, why the choice won and its predicted gain over
+    the YAML as written, and whether the job spec applies it (``plan: auto``).
     JSON: the keys it always had (``strategies``, ``choice``, ``reason``, ``inputs``: the strategy choice at
     the YAML's split) plus ``plan_mode`` and ``training_plan`` (:meth:`TrainingPlan.as_json`).
     """
     from launcher.engine.split import plan_job  # noqa: PLC0415
-    from launcher.plan import make_plan, resolve_shape, workload_from_train  # noqa: PLC0415
-    from launcher.planning.memory import SAFETY_MARGIN  # noqa: PLC0415
+    from launcher.planning.model import resolve_shape  # noqa: PLC0415
     from launcher.planning.report import render, render_training  # noqa: PLC0415
+    from launcher.planning.training import plan_as_written  # noqa: PLC0415
     from launcher.validation.job import load_job  # noqa: PLC0415
 
     margin = SAFETY_MARGIN if args.margin is None else args.margin
@@ -143,10 +145,12 @@ def run(args: argparse.Namespace) -> ExitCode:
     spec, train = job.spec, dict(job.train.data)
     cluster = cluster_from(args, spec.hosts, spec.nproc_per_node)
     model_config = args.model_config or spec.plan_model_config
-    workload = workload_from_train(resolve_shape(model_config, train), train)
-    plan = make_plan(workload, cluster, margin)
+    accelerator = _accelerator(args)
+    plan = plan_as_written(
+        resolve_shape(model_config, train), train, cluster, accelerator=accelerator, margin=margin
+    )
     training = plan_job(
-        job, train, cluster, accelerator=_accelerator(args), model_config=model_config, margin=margin
+        job, train, cluster, accelerator=accelerator, model_config=model_config, margin=margin
     )
     if args.probe:
         training = _probe(args, job, training)

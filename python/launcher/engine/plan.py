@@ -102,20 +102,18 @@ def expected_outputs(train: Mapping[str, Any]) -> tuple[str, ...]:
 def _auto_deepspeed(
     train: Mapping[str, Any], facts: NodeFacts, model_config: Path | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """Ask the planner for a DeepSpeed config (``deepspeed: auto``)."""
-    from launcher.plan import choose_deepspeed_config  # noqa: PLC0415 - only for deepspeed: auto
-    from launcher.planning.hardware import DEFAULT_GPU_MEM_GIB  # noqa: PLC0415
+    """Ask the planner for a DeepSpeed config (``deepspeed: auto`` at the YAML's own split)."""
+    from launcher.engine.split import cluster_of  # noqa: PLC0415 - only for deepspeed: auto
+    from launcher.planning.training import choose_deepspeed_config  # noqa: PLC0415
 
-    master = facts.probe[facts.master]
-    gpu_mem = facts.gpu_mem_gib(facts.master) or DEFAULT_GPU_MEM_GIB  # mift_gpus, else torch (CUDA)
-    host_mem = float(master.get("mem_total_bytes") or 0) / 1024**3
+    cluster = cluster_of(facts)  # GPU memory: mift_gpus, else torch, else the MI300X default
     return choose_deepspeed_config(
         model_config or train.get("model_name_or_path"),
         dict(train),
-        facts.nproc_per_node,
-        len(facts.hosts),
-        gpu_mem,
-        host_mem,
+        cluster.gpus_per_node,
+        cluster.nodes,
+        cluster.gpu_mem_gib,
+        cluster.host_mem_gib,
     )
 
 

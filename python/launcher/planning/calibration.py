@@ -32,15 +32,15 @@ import math
 from dataclasses import dataclass
 
 from launcher.planning import speed
-from launcher.planning.hardware import H200
-from launcher.planning.memory import GIB, Cluster, Strategy, Workload, estimate
+from launcher.planning.hardware import H200, NODE_PRESETS
+from launcher.planning.memory import GIB, Strategy, Workload, estimate
 from launcher.planning.model import ModelShape
 
 # The bench's shapes (bench/gpu/make_assets.py).
 SHAPE_3B = ModelShape(hidden=3072, intermediate=8192, layers=28, heads=24, kv_heads=8, vocab=4004)
 SHAPE_8B = ModelShape(hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8, vocab=4004)
 SHAPES = {"3b": SHAPE_3B, "8b": SHAPE_8B}
-H200_CLUSTER = Cluster(nodes=1, gpus_per_node=1, gpu_mem_gib=140.4, host_mem_gib=125)
+H200_CLUSTER = NODE_PRESETS["h200"].cluster()  # the lent machine the constants were measured on
 # Seconds of the first step beyond a steady one in the measured short runs (fitted with the speed constants).
 WARMUP_S = 4.0
 # DeepSpeed's first step costs more (engine set-up, buckets): seconds per billion parameters beyond WARMUP_S,

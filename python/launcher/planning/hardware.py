@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.exceptions import ConfigurationError
+from launcher.planning.memory import Cluster
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,10 @@ class NodePreset:
     gpus: int
     gpu_mem_gib: float
     host_mem_gib: float
+
+    def cluster(self, nodes: int = 1) -> Cluster:
+        """Return ``nodes`` such nodes as the planner's cluster."""
+        return Cluster(nodes, self.gpus, self.gpu_mem_gib, self.host_mem_gib)
 
 
 NODE_PRESETS = {

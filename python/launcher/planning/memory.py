@@ -38,8 +38,8 @@ from enum import Enum
 from launcher.planning.model import ModelShape
 
 GIB = 1024**3
-# a strategy or split fits when its estimate x (1 + margin) <= capacity: both planners (launcher.plan for
-# as_written, launcher.planning.training for auto) and `plan --margin`'s default
+# a strategy or split fits when its estimate x (1 + margin) <= capacity: the planner's default
+# (launcher.planning.training: plan: auto and the fixed split of plan: as_written) and `plan --margin`'s
 SAFETY_MARGIN = 0.10
 # after an attempt ran out of GPU memory, a plan: auto run is planned again with the margin raised by this
 # much (per out-of-memory failure): the estimates were within 6% of every measured peak (docs/gpu-results.md),

@@ -143,3 +143,17 @@ def bundled_config_for(model_name_or_path: str) -> Path | None:
         if pattern.search(model_name_or_path):
             return BUNDLED_DIR / name
     return None
+
+
+def resolve_shape(model_dir_or_config: str | Path | None, train: dict[str, Any]) -> ModelShape:
+    """Find the model's config.json: the given path, ``model_name_or_path`` if local, or a bundled config."""
+    name = str(model_dir_or_config or train.get("model_name_or_path") or "")
+    if name and Path(name).exists():
+        return load_shape(Path(name))
+    bundled = bundled_config_for(name)  # a node path or hub name not present here, e.g. .../Meta-Llama-3-70B
+    if bundled is not None:
+        return load_shape(bundled)
+    raise ConfigurationError(
+        f"model_name_or_path: {name or '(missing)'}: no config.json on this machine; pass --model-config "
+        "(launcher plan) or set plan_model_config in the job spec"
+    )

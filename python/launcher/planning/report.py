@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 from launcher.planning.memory import GIB
 
 if TYPE_CHECKING:
-    from launcher.plan import Plan
     from launcher.planning.training import TrainingPlan
 
 COLUMNS = ("strategy", "weights", "grads", "optim", "activ", "buffers", "runtime", "GPU", "host", "fits")
@@ -19,8 +18,9 @@ def _row(cells: list[str], widths: list[int]) -> str:
     )
 
 
-def render(plan: Plan) -> str:
-    """Return the human plan: inputs, the per-strategy table (GiB per GPU / per host), the choice and why."""
+def render(plan: TrainingPlan) -> str:
+    """Return the human plan of a fixed split (:func:`launcher.planning.training.plan_as_written`): inputs,
+    the per-strategy table (GiB per GPU / per host), the choice and why."""
     w, c = plan.workload, plan.cluster
     head = (
         f"model {w.model.total_params() / 1e9:.2f} B params "
@@ -35,11 +35,12 @@ def render(plan: Plan) -> str:
     )
     rows = [list(COLUMNS)]
     choice = plan.choice
-    for e in plan.estimates:
+    for one in plan.at_split(plan.as_written):
+        e = one.estimate
         gib = [e.weights, e.gradients, e.optimizer, e.activations, e.buffers, e.runtime, e.gpu_total, e.host]
-        fit = "yes" if plan.fits(e) else ("no (GPU)" if not plan.fits_gpu(e) else "no (host)")
-        mark = " <- choice" if e.strategy is choice else ""
-        rows.append([e.strategy.label, *(f"{v / GIB:.1f}" for v in gib), fit + mark])
+        fit = "yes" if one.fits else ("no (GPU)" if not one.fits_gpu else "no (host)")
+        mark = " <- choice" if one is choice else ""
+        rows.append([one.strategy.label, *(f"{v / GIB:.1f}" for v in gib), fit + mark])
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     table = "\n".join(_row(r, widths) for r in rows)
     return f"{head}\n\nGiB per GPU (host: per node)\n{table}\n\n{plan.reason()}"

@@ -6,6 +6,12 @@ per-GPU batch x gradient checkpointing on/off) gets a memory estimate (:mod:`lau
 predicted speed (:mod:`launcher.planning.speed`); the choice is the fastest candidate whose GPU and host
 estimates, plus the safety margin, fit. Nothing that does not fit is ever chosen.
 
+A fixed split is the same plan with one candidate split: ``fixed_split=True`` (:func:`plan_as_written`, for
+``plan: as_written``, where ``deepspeed: auto`` picks only a strategy) keeps the YAML's micro-batch,
+accumulation and checkpointing, builds one candidate per strategy at that split with the same memory estimate
+and margin, and picks the first that fits in the measured speed rank (:data:`SPEED_RANK`), not by predicted
+tokens/s. Its ``reason()`` and ``as_json()`` are the per-strategy view (``launcher plan``'s first table).
+
 Entry points for the engine and the CLI::
 
     workload, accumulation = read_training_yaml(shape, train_yaml_dict)
@@ -15,10 +21,14 @@ Entry points for the engine and the CLI::
                            # disable_gradient_checkpointing for the run's training YAML
     plan.reason()          # one paragraph: why it won, the gain over the YAML's split, what did not fit
     plan.as_json()         # keys "strategies" and "choice" as `launcher plan --json` has them, plus the rest
+
+    fixed = plan_as_written(shape, train_yaml_dict, cluster)   # the YAML's split, one candidate per strategy
+    choose_deepspeed_config(model, train_yaml_dict, gpus_per_node, nodes, gpu_mem_gib, host_mem_gib)
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +46,12 @@ from launcher.planning.memory import (
     Workload,
     estimate,
 )
-from launcher.planning.model import LINEAR_MODULES, ModelShape
+from launcher.planning.model import LINEAR_MODULES, ModelShape, resolve_shape
 from launcher.planning.speed import StepTime, achieved_efficiency, step_time
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from launcher.planning.probe import ProbeOutcome
 
 # LLaMA-Factory's flash_attn values (0.9.5: auto, disabled, sdpa, fa2, fa3) -> the attention the memory model
@@ -102,6 +114,21 @@ class Candidate:
             "fits": self.fits,
         }
 
+    def strategy_row(self) -> dict[str, Any]:
+        """Return the candidate's memory by component (one row of the per-strategy table, ``strategies``)."""
+        e = self.estimate
+        return {
+            "name": self.strategy.value,
+            "gpu_mem_gib": round(e.gpu_total / GIB, 2),
+            "host_mem_gib": round(e.host / GIB, 2),
+            "fits": self.fits,
+            "model_states_gib": round(e.model_states / GIB, 2),
+            "components_gib": {
+                k: round(getattr(e, k) / GIB, 2)
+                for k in ("weights", "gradients", "optimizer", "activations", "buffers", "runtime")
+            },
+        }
+
 
 def divisors(n: int) -> list[int]:
     """Return the divisors of ``n``, smallest first."""
@@ -126,7 +153,12 @@ def per_gpu_batch(global_batch: int, cluster: Cluster) -> int:
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    """Every candidate at one global batch, and the choice."""
+    """Every candidate at one global batch, and the choice.
+
+    ``fixed_split``: the candidates are the YAML's own split under each strategy (``plan: as_written``); the
+    choice is the first that fits in :data:`SPEED_RANK`, and ``reason()`` / ``as_json()`` are the
+    per-strategy view.
+    """
 
     workload: Workload  # as the YAML wrote it (micro-batch, checkpointing)
     cluster: Cluster
@@ -136,27 +168,28 @@ class TrainingPlan:
     candidates: tuple[Candidate, ...]
     margin: float
     probe: ProbeOutcome | None = None  # set by launcher.planning.probe.run_probe: the choice is measured
+    fixed_split: bool = False  # the YAML's split only: the first strategy that fits in SPEED_RANK wins
 
     @property
     def predicted_choice(self) -> Candidate | None:
-        """Return the model's choice: the fastest predicted candidate that fits."""
+        """Return the model's choice: the fastest predicted candidate that fits (fixed split: the first
+        strategy in :data:`SPEED_RANK` that fits)."""
         fitting = [c for c in self.candidates if c.fits]
         if not fitting:
             return None
+        if self.fixed_split:
+            return min(fitting, key=lambda c: _rank(c.strategy))
         return max(fitting, key=lambda c: (c.tokens_per_s, c.split == self.as_written, -_rank(c.strategy)))
 
     @property
     def choice(self) -> Candidate | None:
-        """Return the probe's measured pick when probed, else the fastest predicted candidate that fits.
+        """Return the probe's measured pick when probed, else :attr:`predicted_choice`.
 
         Ties of the prediction: the YAML's split, then the earlier strategy.
         """
         if self.probe is not None and self.probe.pick is not None:
             return self.probe.pick
-        fitting = [c for c in self.candidates if c.fits]
-        if not fitting:
-            return None
-        return max(fitting, key=lambda c: (c.tokens_per_s, c.split == self.as_written, -_rank(c.strategy)))
+        return self.predicted_choice
 
     def shortlist(self, count: int = 3) -> list[Candidate]:
         """Return the ``count`` fastest candidates that fit, fastest first (what a probe should run)."""
@@ -202,6 +235,8 @@ class TrainingPlan:
 
     def reason(self) -> str:
         """Return one paragraph: what won and why, vs the YAML's split and the faster misfits."""
+        if self.fixed_split:
+            return self._strategy_reason()
         cap = self.cluster.gpu_mem_gib
         choice, yaml = self.choice, self.yaml_best
         unmeasured = (
@@ -250,22 +285,62 @@ class TrainingPlan:
             text += " " + self.probe.reason()
         return text + unmeasured
 
+    def _strategy_reason(self) -> str:
+        """Return why the fixed split's strategy won: the faster strategies that do not fit, and where."""
+        choice = self.choice
+        skipped = []
+        for c in sorted(self.candidates, key=lambda c: _rank(c.strategy)):
+            if c is choice:
+                break
+            where = "GPU" if not c.fits_gpu else "host"
+            need = c.estimate.gpu_total if where == "GPU" else c.estimate.host
+            cap = self.cluster.gpu_mem_gib if where == "GPU" else self.cluster.host_mem_gib
+            skipped.append(
+                f"{c.strategy.label} needs {need / GIB:.1f} GiB per {where} (+{self.margin:.0%} margin) "
+                f"> {cap:.1f} GiB"
+            )
+        lead = "; ".join(skipped) + ". " if skipped else ""
+        if self.cluster.host_mem_gib <= 0:
+            lead += "Host RAM unknown: host memory not checked. "
+        if choice is None:
+            return lead + "Nothing fits: add GPUs or nodes, lower micro-batch or cutoff_len, or use LoRA."
+        faster = "it is the fastest strategy" if not skipped else "it is the fastest of those that fit"
+        return (
+            f"{lead}Chose {choice.strategy.label}: {faster} "
+            f"(speed order {' > '.join(s.value for s in SPEED_RANK)})."
+        )
+
+    def _strategy_json(self) -> dict[str, Any]:
+        """Return the fixed split's machine-readable plan: each strategy's memory, the choice, the inputs."""
+        choice, w, c = self.choice, self.workload, self.cluster
+        return {
+            "strategies": [
+                x.strategy_row() for x in sorted(self.candidates, key=lambda x: _rank(x.strategy))
+            ],
+            "choice": choice.strategy.value if choice else None,
+            "reason": self.reason(),
+            "inputs": {
+                "total_params": w.model.total_params(),
+                "trainable_params": w.trainable_params,
+                "finetuning": w.finetuning,
+                "micro_batch": w.micro_batch,
+                "cutoff_len": w.cutoff_len,
+                "gradient_checkpointing": w.gradient_checkpointing,
+                "nodes": c.nodes,
+                "gpus_per_node": c.gpus_per_node,
+                "gpu_mem_gib": c.gpu_mem_gib,
+                "host_mem_gib": c.host_mem_gib,
+                "margin": self.margin,
+            },
+        }
+
     def as_json(self) -> dict[str, Any]:
         """Return the machine-readable plan; ``strategies`` and ``choice`` keep their old meaning."""
+        if self.fixed_split:
+            return self._strategy_json()
         choice, yaml = self.choice, self.yaml_best
         strategies = [
-            {
-                "name": c.strategy.value,
-                "gpu_mem_gib": round(c.estimate.gpu_total / GIB, 2),
-                "host_mem_gib": round(c.estimate.host / GIB, 2),
-                "fits": c.fits,
-                "model_states_gib": round(c.estimate.model_states / GIB, 2),
-                "components_gib": {
-                    k: round(getattr(c.estimate, k) / GIB, 2)
-                    for k in ("weights", "gradients", "optimizer", "activations", "buffers", "runtime")
-                },
-                "tokens_per_s": round(c.tokens_per_s, 1),
-            }
+            {**c.strategy_row(), "tokens_per_s": round(c.tokens_per_s, 1)}
             for c in self.at_split(self.as_written)
         ]
         return {
@@ -297,6 +372,7 @@ def plan_training(
     strategies: tuple[Strategy, ...] = SPEED_RANK,
     margin: float = SAFETY_MARGIN,
     liger: bool = False,
+    fixed_split: bool = False,
 ) -> TrainingPlan:
     """Build every candidate at the global batch and pick the fastest that fits.
 
@@ -304,30 +380,48 @@ def plan_training(
     ``global_batch`` defaults to micro-batch x accumulation x GPUs. ``strategies`` limits the search (e.g. to
     the one a job spec pins). ``liger``: the nodes have liger-kernel, so the plan may switch LLaMA-Factory's
     ``enable_liger_kernel`` on (job spec ``plan_liger``); a YAML that already enables it keeps it on.
+    ``fixed_split``: the only candidate split is the YAML's own (``global_batch`` and ``liger`` must be left
+    out); one candidate per strategy, the first in :data:`SPEED_RANK` that fits is the choice.
     """
     if accumulation <= 0:
         raise ConfigurationError(
             f"gradient_accumulation_steps: expected a positive integer, got {accumulation}"
         )
-    batch = global_batch if global_batch is not None else workload.micro_batch * accumulation * cluster.world
-    per_gpu = per_gpu_batch(batch, cluster)
-    candidates = []
-    kernels = (False, True) if liger and not workload.liger else (workload.liger,)
-    for strategy in strategies:
-        for micro in divisors(per_gpu):
-            for checkpointing in (True, False):
-                for on in kernels:
-                    split = Split(micro, per_gpu // micro, checkpointing, on)
-                    candidates.append(_candidate(workload, strategy, split, cluster, accelerator, margin))
+    as_written = Split(workload.micro_batch, accumulation, workload.gradient_checkpointing, workload.liger)
+    if fixed_split:
+        if global_batch is not None or liger:
+            raise ValueError("plan_training: a fixed split takes no global_batch and no liger search")
+        batch, splits = workload.micro_batch * accumulation * cluster.world, [as_written]
+    else:
+        batch = (
+            global_batch if global_batch is not None else workload.micro_batch * accumulation * cluster.world
+        )
+        splits = _splits(per_gpu_batch(batch, cluster), liger and not workload.liger, workload.liger)
     return TrainingPlan(
         workload=workload,
         cluster=cluster,
         accelerator=accelerator,
         global_batch=batch,
-        as_written=Split(workload.micro_batch, accumulation, workload.gradient_checkpointing, workload.liger),
-        candidates=tuple(candidates),
+        as_written=as_written,
+        candidates=tuple(
+            _candidate(workload, strategy, split, cluster, accelerator, margin)
+            for strategy in strategies
+            for split in splits
+        ),
         margin=margin,
+        fixed_split=fixed_split,
     )
+
+
+def _splits(per_gpu: int, search_liger: bool, liger: bool) -> list[Split]:
+    """Return every split of ``per_gpu`` sequences: micro-batch x accumulation x checkpointing (x liger)."""
+    kernels = (False, True) if search_liger else (liger,)
+    return [
+        Split(micro, per_gpu // micro, checkpointing, on)
+        for micro in divisors(per_gpu)
+        for checkpointing in (True, False)
+        for on in kernels
+    ]
 
 
 def replan_after_oom(plan: TrainingPlan, step: float = OOM_MARGIN_STEP) -> TrainingPlan:
@@ -497,3 +591,74 @@ def plan_training_from_yaml(
         margin=margin,
         liger=liger,
     )
+
+
+def _written_accumulation(train: dict[str, Any]) -> int:
+    """Return the YAML's gradient accumulation for the fixed split (1 when missing or not a positive int).
+
+    Only the predicted speed reads it; the strategy choice does not, so a value the validator or the trainer
+    refuses does not stop the choice.
+    """
+    value = train.get("gradient_accumulation_steps", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def plan_as_written(
+    shape: ModelShape,
+    train: dict[str, Any],
+    cluster: Cluster,
+    *,
+    accelerator: Accelerator = MI300X,
+    margin: float = SAFETY_MARGIN,
+) -> TrainingPlan:
+    """Plan the training YAML's own split under each strategy (``plan: as_written``; ``deepspeed: auto``).
+
+    The workload is the YAML's memory keys (:func:`base_workload`; ``flash_attn`` and ``lora_dropout`` are
+    not read at the fixed split); the choice is the first strategy in :data:`SPEED_RANK` that fits.
+    """
+    return plan_training(
+        base_workload(shape, train),
+        cluster,
+        accumulation=_written_accumulation(train),
+        accelerator=accelerator,
+        margin=margin,
+        fixed_split=True,
+    )
+
+
+def choose_deepspeed_config(  # noqa: PLR0917 - the positional signature agreed with the job engine
+    model_dir_or_config: str | Path | None,
+    train_yaml_dict: dict[str, Any],
+    gpus_per_node: int,
+    nodes: int,
+    gpu_mem_gib: float,
+    host_mem_gib: float,
+) -> tuple[str, dict[str, Any]]:
+    """Return ``(strategy name, DeepSpeed config)`` of the fastest strategy that fits at the YAML's split.
+
+    The config is {} for ``none`` (no DeepSpeed: no ``deepspeed:`` key in the training YAML).
+    ``model_dir_or_config``: see :func:`launcher.planning.model.resolve_shape`; ``host_mem_gib <= 0`` means
+    unknown (not checked). Raises ConfigurationError when no strategy fits.
+    """
+    cluster = Cluster(nodes, gpus_per_node, gpu_mem_gib, host_mem_gib)
+    plan = plan_as_written(resolve_shape(model_dir_or_config, train_yaml_dict), train_yaml_dict, cluster)
+    choice = plan.choice
+    if choice is None:
+        raise ConfigurationError(f"deepspeed: auto: {plan.reason()}")
+    return choice.strategy.value, deepspeed_config(choice.strategy) or {}
+
+
+def write_auto_config(plan: TrainingPlan, run_dir: Path) -> Path | None:
+    """Write ``plan.json`` and, unless the choice is ``none``, ``deepspeed_auto.json`` into ``run_dir``.
+
+    Returns the DeepSpeed JSON's path (None for ``none``); raises ConfigurationError when nothing fits.
+    """
+    (run_dir / "plan.json").write_text(json.dumps(plan.as_json(), indent=2) + "\n")
+    if plan.choice is None:
+        raise ConfigurationError(f"deepspeed: auto: {plan.reason()}")
+    config = plan.deepspeed_config()
+    if config is None:
+        return None
+    path = run_dir / "deepspeed_auto.json"
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    return path
