@@ -29,6 +29,10 @@ host_ns()   { echo "mift${RIG_ID}h$1"; }      # netns name
 host_veth() { echo "mift${RIG_ID}h$1v"; }     # root-side veth end (<= 15 chars)
 host_cg()   { echo "mift${RIG_ID}h$1"; }      # per-host cgroup name (systemd mode)
 host_dir()  { echo "$STATE/hosts/$1"; }
+# CPU accounting of the hosts (cgroup v1 cpuacct, where the controller has it): one cgroup per rig that every host
+# process of the rig runs in, kept across up/down so that its count adds up (`rig cpu`; .ci/run's cpu-s column)
+CPU_CG_ROOT=/sys/fs/cgroup/cpuacct/mift-cpu
+cpu_cg()    { echo "$CPU_CG_ROOT/rig$RIG_ID"; }
 
 die() { echo "rig: $*" >&2; exit 1; }
 log() { echo "rig[$RIG_ID]: $*"; }
