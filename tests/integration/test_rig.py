@@ -388,6 +388,24 @@ def test_up_when_up_is_a_noop(rig_factory) -> None:
     assert rig.ssh(3, "hostname").stdout.strip() == "host3"
 
 
+def test_cpu_counts_the_hosts_processes_and_keeps_the_count_across_down(rig_factory) -> None:
+    rig = rig_factory(RIG_ID, 1)
+    if rig.rig("cpu").stdout.strip() == "-":
+        pytest.skip("this controller has no cgroup v1 cpuacct: rig cpu counts nothing here")
+    before = float(rig.rig("cpu").stdout)
+    # one CPU-second burnt in a process of host1 (over ssh, as the tests' trainers run)
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass"
+    rig.ssh(1, f"python3 -c {shlex.quote(burn)}")
+    after = float(rig.rig("cpu").stdout)
+    assert after - before >= 1.0, (before, after)
+    refused = rig.rig("cpu", "--forget", check=False)  # a count still in use is not dropped
+    assert refused.returncode != 0 and "still has processes" in refused.stderr, refused
+    rig.down()
+    # the count outlives the hosts: CI reads it after a stage (and forgets it at its end, which this test does
+    # not do: the rig-tests stage's own count runs on this rig id)
+    assert float(rig.rig("cpu").stdout) >= after
+
+
 def test_down_leaves_nothing_twice_in_a_row() -> None:
     rig_ready_or_skip()
     rig = Rig(rig_id=RIG_ID, hosts=3)
