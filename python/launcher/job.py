@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import tarfile
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +21,6 @@ from launcher.telemetry import after_fields, gpu_series
 from launcher.verdict import Judge, settled_notes
 
 RUNNING = ("starting", "running")
-
-
-def agent_source() -> str:
-    """Return the controller path of the node agent script (``mift_contract.py`` and ``mift_probe.py`` next
-    to it)."""
-    return str(resources.files("launcher") / "data" / "mift_agent.py")
 
 
 class Job:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.backends import choose_backend
 from launcher.backends.slurm import first_failure, login_host, record_master
 from launcher.backends.slurm_script import (
     Allocation,
@@ -23,7 +24,6 @@ from launcher.backends.slurm_script import (
     parse_sinfo,
     sbatch_script,
 )
-from launcher.engine.steps import choose_backend
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import SlurmOptions, parse_job_spec
 from launcher.runs import RunDir

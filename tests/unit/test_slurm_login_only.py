@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from launcher.backends import backend_of
+from launcher.backends import backend_of, choose_backend
 from launcher.backends.slurm import SlurmBackend, first_failure
 from launcher.backends.slurm_script import Allocation, Partition, check_request, sbatch_script
 from launcher.backends.slurm_shared import (
@@ -24,7 +24,6 @@ from launcher.backends.slurm_shared import (
     rank_facts,
     record_fields,
 )
-from launcher.engine.steps import choose_backend
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import SlurmOptions, parse_job_spec
 from launcher.nodelayout import layout

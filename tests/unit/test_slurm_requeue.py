@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from test_slurm_backend import alloc
 
+from launcher.backends import check_recovery as _check_recovery
 from launcher.backends.slurm import record_requeues
 from launcher.backends.slurm_script import (
     Requeue,
@@ -27,7 +28,6 @@ from launcher.backends.slurm_script import (
     sbatch_script,
     time_limit_s,
 )
-from launcher.engine.steps import _check_recovery
 from launcher.exceptions import ConfigurationError
 from launcher.follow import queued
 from launcher.jobspec import parse_job_spec

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.backends.agent import POLL_TIMEOUT_S, collect_agents, nodes_from
+from launcher.backends.base import HANDLE_KEY, Handle
 from launcher.backends.slurm_script import (
     ENDED_BADLY,
     QUEUED,
@@ -29,18 +30,26 @@ from launcher.backends.slurm_script import (
     check_request,
     parse_sinfo,
     requeue_for,
+    requeue_refusal,
+    requeue_too_early,
     requeued_attempts,
     sbatch_script,
 )
 from launcher.exceptions import ConfigurationError
+from launcher.inventory import group_members, inventory_var
 from launcher.nodelayout import layout
 from launcher.verdict import Verdict
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+    from typing import IO
 
+    from launcher.backends.base import Preflight
     from launcher.engine.plan import RunPlan
     from launcher.job import Job
+    from launcher.jobspec import JobSpec
+    from launcher.preflight import NodeFacts, NodePath
     from launcher.runner import PlaybookResult, PlaybookRunner
     from launcher.runs import RunDir
 
@@ -64,21 +73,163 @@ def login_host(inventory_vars: Mapping[str, Any], groups: Mapping[str, list[str]
     )
 
 
+def run_root(shared_dir: str, run_id: str) -> str:
+    """Return a login-host-only run's folder on the shared file system (the ranks' run directories)."""
+    return f"{shared_dir.rstrip('/')}/{run_id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmHandle(Handle):
+    """A Slurm run's handle: the login host where sbatch, scontrol and scancel run; the job id once
+    submitted."""
+
+    kind: ClassVar[str] = "slurm"
+    backend: ClassVar[str] = "slurm"
+
+    login_host: str
+    job_id: str | None = None
+
+    def slurm_fields(self) -> dict[str, Any]:
+        """Return the record's ``slurm`` fields the handle sets (the job's state is the backend's)."""
+        return {"login_host": self.login_host}
+
+    def record_fields(self) -> dict[str, Any]:
+        """Return the record's fields: the handle, and its fields in ``slurm`` (``status``, ``list``)."""
+        return {**super().record_fields(), "slurm": self.slurm_fields()}
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedSlurmHandle(Handle):
+    """A login-host-only Slurm run's handle (job spec ``slurm.shared_dir``): the login host, the run's folder
+    on the shared file system, how many nodes Slurm picks; the job id once submitted."""
+
+    kind: ClassVar[str] = "slurm_shared"
+    backend: ClassVar[str] = "slurm"
+
+    login_host: str
+    shared_dir: str
+    run_root: str
+    nodes: int
+    job_id: str | None = None
+
+    @classmethod
+    def of(cls, spec: JobSpec, login: str, run_id: str) -> SharedSlurmHandle:
+        """Return the handle of run ``run_id`` of ``spec`` (which sets ``slurm.shared_dir``)."""
+        assert spec.slurm.shared_dir is not None and spec.slurm.nodes is not None
+        shared = spec.slurm.shared_dir
+        return cls(login, shared, run_root(shared, run_id), spec.slurm.nodes)
+
+    def slurm_fields(self) -> dict[str, Any]:
+        """Return the record's ``slurm`` fields the handle sets (the job's state is the backend's)."""
+        return {
+            "login_host": self.login_host,
+            "shared_dir": self.shared_dir,
+            "run_root": self.run_root,
+            "nodes": self.nodes,
+        }
+
+    def record_fields(self) -> dict[str, Any]:
+        """Return the record's fields: the handle, and its fields in ``slurm`` (``status``, ``list``)."""
+        return {**super().record_fields(), "slurm": self.slurm_fields()}
+
+
 class SlurmBackend:
     """Submit with sbatch, follow with scontrol and the node agents, stop with scancel."""
 
-    name = "slurm"
+    name: ClassVar[str] = "slurm"
 
-    def __init__(self, login: str, job_id: str | None = None) -> None:
-        self.login = login
-        self.job_id = job_id
+    def __init__(self, handle: SlurmHandle | SharedSlurmHandle) -> None:
+        self.handle = handle
+        self.login = handle.login_host
+        self.job_id = handle.job_id
         self.last: SlurmJob | None = None
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> SlurmBackend:
-        """Return the backend of a recorded run (its login host and Slurm job id)."""
-        slurm = record.get("slurm") or {}
-        return cls(str(slurm.get("login_host") or ""), slurm.get("job_id"))
+    def inventory_fields(cls, inventory: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """Return the login host (bad input raises ConfigurationError, one line)."""
+        data = dict(inventory)
+        login = login_host({LOGIN_VAR: inventory_var(data, LOGIN_VAR)}, group_members(data), where)
+        return {"slurm": {"login_host": login}}
+
+    @classmethod
+    def takes(cls, spec: JobSpec) -> bool:
+        """Every job: nodes the inventory names, or (``slurm.shared_dir``) nodes Slurm picks."""
+        del spec
+        return True
+
+    @classmethod
+    def prepare(
+        cls, spec: JobSpec, chosen: Mapping[str, Any], where: Path, run_id: str, *, resume: bool
+    ) -> SlurmHandle | SharedSlurmHandle:
+        """Return the handle: the login host; with ``slurm.shared_dir`` also the run's shared folder."""
+        login = str(chosen["slurm"]["login_host"])
+        if not spec.slurm.login_only:
+            return SlurmHandle(login)
+        if resume:
+            raise ConfigurationError(f"{where}: run --resume: not supported with slurm.shared_dir yet")
+        return SharedSlurmHandle.of(spec, login, run_id)
+
+    @classmethod
+    def from_handle(cls, handle: Handle) -> SlurmBackend:
+        """Return the backend of a Slurm run (its login host and job id)."""
+        assert isinstance(handle, SlurmHandle)
+        return cls(handle)
+
+    @classmethod
+    def recovery(cls, spec: JobSpec, where: Path, *, detach: bool, out: IO[str]) -> bool:
+        """Slurm recovers by requeueing the batch job (docs/slurm.md "Requeue"); the launcher only records
+        the attempts, so it never retries itself (returns False), followed or not. A policy Slurm cannot
+        follow is refused in one line when the job spec names it, else noted as off."""
+        del detach
+        early = requeue_too_early(spec)
+        if early:
+            raise ConfigurationError(f"{where}: {early}")
+        if spec.recovery.spares is not None:  # nothing would use them: refused, not ignored
+            raise ConfigurationError.at(
+                where,
+                "recovery.spares",
+                "spare nodes replace a lost node over ssh only; under Slurm the scheduler places the nodes "
+                "(a requeued job runs again on its allocation's nodes): leave recovery.spares out",
+                "recovery",
+            )
+        why = requeue_refusal(spec)
+        if why and "recovery" in spec.model_fields_set:
+            raise ConfigurationError.at(
+                where, "recovery", f"{why}; or set recovery.max_restarts: 0", "recovery"
+            )
+        if why:
+            print(f"note: recovery off: {why}; the first failure ends the run", file=out)
+        requeue = requeue_for(spec)
+        if requeue is not None:
+            limit = f", {requeue.before_s} s before its time limit" if requeue.before_s else ""
+            print(
+                f"recovery: Slurm requeues the job on node failure and preemption{limit}, up to "
+                f"{requeue.max_restarts} times; each restart resumes from the last checkpoint complete on "
+                "every node",
+                file=out,
+            )
+        return False
+
+    def preflight(
+        self,
+        run_preflight: Preflight,
+        runner: PlaybookRunner,
+        spec: JobSpec,
+        run_id: str,
+        *,
+        output_dir: str | None,
+        checkpoints_of: str | None,
+        requires: Sequence[NodePath],
+    ) -> NodeFacts:
+        """Preflight on every node of the job (over ssh, as the ssh backend)."""
+        return run_preflight(
+            runner, spec, run_id, output_dir=output_dir, checkpoints_of=checkpoints_of, requires=requires
+        )
+
+    def started(self, plan: RunPlan) -> tuple[str, str]:
+        """Say the job id; the allocation's first node is the MASTER_ADDR (the agent's slurm-step sets it)."""
+        del plan
+        return f"submitted as slurm job {self.job_id} on {self.login}", "<the allocation's first node>"
 
     # --- start -------------------------------------------------------------------------------------------
     def allocation(self, plan: RunPlan) -> Allocation:
@@ -114,7 +265,7 @@ class SlurmBackend:
         """Check the partition, prepare every node, submit; return the nodes' and the login host's results."""
         alloc = self.allocation(plan)
         partition = self.check(runner, alloc, str(run.load().get("spec_path", plan.run_id)))
-        prepared = self.prepare(runner, plan, launch_vars)
+        prepared = self.ship(runner, plan, launch_vars)
         if not prepared.ok:
             return prepared
         script = sbatch_script(alloc)
@@ -132,7 +283,9 @@ class SlurmBackend:
         )
         answer = submitted.report(self.login, "submit") or {}
         self.job_id = str(answer.get("job_id") or "") or None
+        self.handle = dataclasses.replace(self.handle, job_id=self.job_id)
         run.update(
+            **{HANDLE_KEY: self.handle.stored()},
             slurm={
                 **(run.load().get("slurm") or {}),
                 "login_host": self.login,
@@ -142,7 +295,7 @@ class SlurmBackend:
                 # None: never requeued (--no-requeue); else how many restarts the batch script allows
                 "max_restarts": alloc.requeue.max_restarts if alloc.requeue else None,
                 "state": "SUBMITTED" if self.job_id else "NOT SUBMITTED",
-            }
+            },
         )
         failures = dict(submitted.failures)
         if not self.job_id and not failures:
@@ -153,9 +306,7 @@ class SlurmBackend:
             failures={**prepared.failures, **failures},
         )
 
-    def prepare(
-        self, runner: PlaybookRunner, plan: RunPlan, launch_vars: Mapping[str, Any]
-    ) -> PlaybookResult:
+    def ship(self, runner: PlaybookRunner, plan: RunPlan, launch_vars: Mapping[str, Any]) -> PlaybookResult:
         """Give every node the agent and its bundle without starting anything (the agent's ``prepare``)."""
         return runner.run(
             "launch", {**launch_vars, "mift_agent_command": "prepare"}, timeout=plan.spec.timeouts.start_s

@@ -22,18 +22,19 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from launcher.backends.slurm import SlurmBackend
-from launcher.exceptions import ConfigurationError
+from launcher.backends.slurm import SharedSlurmHandle, SlurmBackend, run_root
 from launcher.nodelayout import layout
 from launcher.preflight import GIB, NodeFacts
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
+    from launcher.backends.base import Handle, Preflight
     from launcher.backends.slurm_script import Allocation
     from launcher.engine.plan import RunPlan
     from launcher.job import Job
     from launcher.jobspec import JobSpec
+    from launcher.preflight import NodePath
     from launcher.runner import PlaybookResult, PlaybookRunner
 
 
@@ -42,20 +43,9 @@ def rank_names(nodes: int) -> list[str]:
     return [f"rank{i}" for i in range(nodes)]
 
 
-def run_root(shared_dir: str, run_id: str) -> str:
-    """Return the run's folder on the shared file system (the ranks' run directories are under it)."""
-    return f"{shared_dir.rstrip('/')}/{run_id}"
-
-
 def record_fields(spec: JobSpec, login: str, run_id: str) -> dict[str, Any]:
-    """Return the run record's ``slurm`` fields of a login-host-only run."""
-    assert spec.slurm.shared_dir is not None and spec.slurm.nodes is not None
-    return {
-        "login_host": login,
-        "shared_dir": spec.slurm.shared_dir,
-        "run_root": run_root(spec.slurm.shared_dir, run_id),
-        "nodes": spec.slurm.nodes,
-    }
+    """Return the run record's ``slurm`` fields of a login-host-only run (its handle's)."""
+    return SharedSlurmHandle.of(spec, login, run_id).slurm_fields()
 
 
 def preflight_spec(spec: JobSpec, login: str) -> JobSpec:
@@ -121,17 +111,43 @@ class SharedSlurmBackend(SlurmBackend):
     POLL_PLAYBOOK = "slurm_shared_poll"
     STOP_PLAYBOOK = "slurm_shared_stop"
 
-    def __init__(self, login: str, root: str, job_id: str | None = None) -> None:
-        super().__init__(login, job_id)
-        self.root = root
+    def __init__(self, handle: SharedSlurmHandle) -> None:
+        super().__init__(handle)
+        self.root = handle.run_root
+        self.nodes = handle.nodes
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> SharedSlurmBackend:
-        """Return the backend of a recorded login-host-only run."""
-        slurm = record.get("slurm") or {}
-        if not slurm.get("run_root"):
-            raise ConfigurationError("run record: slurm.run_root missing (not a login-host-only run)")
-        return cls(str(slurm.get("login_host") or ""), str(slurm["run_root"]), slurm.get("job_id"))
+    def takes(cls, spec: JobSpec) -> bool:
+        """Only a job that sets ``slurm.shared_dir``."""
+        return spec.slurm.login_only
+
+    @classmethod
+    def from_handle(cls, handle: Handle) -> SharedSlurmBackend:
+        """Return the backend of a login-host-only run."""
+        assert isinstance(handle, SharedSlurmHandle)
+        return cls(handle)
+
+    def preflight(
+        self,
+        run_preflight: Preflight,
+        runner: PlaybookRunner,
+        spec: JobSpec,
+        run_id: str,
+        *,
+        output_dir: str | None,
+        checkpoints_of: str | None,
+        requires: Sequence[NodePath],
+    ) -> NodeFacts:
+        """Preflight on the login host, which stands in for the nodes Slurm picks: its facts once per rank
+        (``run --resume`` is refused in this mode: no checkpoint or resumed output_dir to look for)."""
+        del output_dir, checkpoints_of, requires
+        login_facts = run_preflight(
+            runner,
+            preflight_spec(spec, self.login),
+            run_id,
+            output_dir=preflight_output_dir(spec, run_id),
+        )
+        return rank_facts(login_facts, self.nodes)
 
     @property
     def extra_vars(self) -> dict[str, Any]:
@@ -142,9 +158,7 @@ class SharedSlurmBackend(SlurmBackend):
         """Return what the batch script asks for: ``slurm.nodes`` ranks, no node list."""
         return dataclasses.replace(super().allocation(plan), run_dir=self.root, ranks=True)
 
-    def prepare(
-        self, runner: PlaybookRunner, plan: RunPlan, launch_vars: Mapping[str, Any]
-    ) -> PlaybookResult:
+    def ship(self, runner: PlaybookRunner, plan: RunPlan, launch_vars: Mapping[str, Any]) -> PlaybookResult:
         """Write the agent, ``expect.json`` and every rank's bundle into the shared folder, through the login
         host."""
         return runner.run(

@@ -2,24 +2,89 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.backends.agent import collect_agents, poll_agents, stop_agents
+from launcher.backends.base import Handle, recovery_or_note
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+    from typing import IO
 
+    from launcher.backends.base import Preflight
     from launcher.engine.plan import RunPlan
     from launcher.job import Job
+    from launcher.jobspec import JobSpec
+    from launcher.preflight import NodeFacts, NodePath
     from launcher.runner import PlaybookResult, PlaybookRunner
     from launcher.runs import RunDir
     from launcher.verdict import Verdict
 
 
+@dataclasses.dataclass(frozen=True)
+class SshHandle(Handle):
+    """An ssh run's handle: nothing beyond the run's hosts and inventory, which the record has anyway."""
+
+    kind: ClassVar[str] = "ssh"
+    backend: ClassVar[str] = "ssh"
+
+
 class SshBackend:
     """Start through playbooks/launch.yml, poll through poll.yml, stop through stop.yml."""
 
-    name = "ssh"
+    name: ClassVar[str] = "ssh"
+
+    def __init__(self, handle: SshHandle | None = None) -> None:
+        self.handle = handle or SshHandle()
+
+    @classmethod
+    def inventory_fields(cls, inventory: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """Nothing: the job's hosts are the inventory's nodes."""
+        del inventory, where
+        return {}
+
+    @classmethod
+    def takes(cls, spec: JobSpec) -> bool:
+        """Every job that names its nodes (not ``slurm.shared_dir``: Slurm would pick them)."""
+        return not spec.slurm.login_only
+
+    @classmethod
+    def prepare(
+        cls, spec: JobSpec, chosen: Mapping[str, Any], where: Path, run_id: str, *, resume: bool
+    ) -> SshHandle:
+        """Return the (empty) handle."""
+        del spec, chosen, where, run_id, resume
+        return SshHandle()
+
+    @classmethod
+    def from_handle(cls, handle: Handle) -> SshBackend:
+        """Return the backend of an ssh run."""
+        assert isinstance(handle, SshHandle)
+        return cls(handle)
+
+    @classmethod
+    def recovery(cls, spec: JobSpec, where: Path, *, detach: bool, out: IO[str]) -> bool:
+        """The launcher retries failed attempts while it follows the run (not ``--detach``)."""
+        why = "a detached run is not followed: nobody restarts it" if detach else ""
+        return recovery_or_note(spec, where, why, out)
+
+    def preflight(
+        self,
+        run_preflight: Preflight,
+        runner: PlaybookRunner,
+        spec: JobSpec,
+        run_id: str,
+        *,
+        output_dir: str | None,
+        checkpoints_of: str | None,
+        requires: Sequence[NodePath],
+    ) -> NodeFacts:
+        """Preflight on every node of the job."""
+        return run_preflight(
+            runner, spec, run_id, output_dir=output_dir, checkpoints_of=checkpoints_of, requires=requires
+        )
 
     def start(
         self, runner: PlaybookRunner, run: RunDir, plan: RunPlan, launch_vars: Mapping[str, Any]
@@ -27,6 +92,10 @@ class SshBackend:
         """Run the launch playbook: every node's agent starts its trainer."""
         del run  # the launch playbook reads the bundles named in launch_vars
         return runner.run("launch", dict(launch_vars), timeout=plan.spec.timeouts.start_s)
+
+    def started(self, plan: RunPlan) -> tuple[str, str]:
+        """Nothing more to say; the plan's MASTER_ADDR."""
+        return "", plan.master_addr
 
     def poll(self, job: Job) -> dict[str, dict[str, Any]]:
         """Ask every node's agent."""

@@ -21,7 +21,8 @@ from typing import IO, TYPE_CHECKING, Any
 import yaml
 
 from launcher import runner as runner_module
-from launcher.backends import backend_of
+from launcher.backends import backend_of, check_recovery, nodes_in_inventory, prepare
+from launcher.backends.agent import launch_vars
 from launcher.engine import attempts
 from launcher.engine.finish import finish
 from launcher.engine.plan import (
@@ -36,7 +37,7 @@ from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.inventory import check_hosts, spare_hosts
-from launcher.job import Job, agent_source
+from launcher.job import Job
 from launcher.jobspec import mask_env
 from launcher.merge import merge_after_run
 from launcher.nodeenv import masked
@@ -98,7 +99,7 @@ def validate(job: LoadedJob) -> None:
 def load_and_check(job_path: Path, inventory: Path | None) -> LoadedJob:
     """Load and validate the job and check its hosts against the inventory (in parallel); bad input raises."""
     job = load_job(job_path)
-    if job.spec.slurm.login_only:  # no node in the inventory: Slurm picks them (choose_backend: the login)
+    if not nodes_in_inventory(job.spec):  # Slurm picks them: the backend reaches only its login host
         validate(job)
         return job
     with concurrent.futures.ThreadPoolExecutor(
@@ -112,35 +113,6 @@ def load_and_check(job_path: Path, inventory: Path | None) -> LoadedJob:
     if hosts_error is not None:
         raise hosts_error
     return job
-
-
-def choose_backend(
-    name: str | None, inventory: Path | None, where: Path, login_only: bool = False
-) -> dict[str, Any]:
-    """Return the run record's backend fields: ``--backend``, else the inventory's ``mift_launcher_backend``,
-    else ssh; for slurm also the login host (bad input raises ConfigurationError, one line). ``login_only``:
-    the job spec sets ``slurm.shared_dir``, which only the slurm backend has."""
-    from launcher.backends import BACKEND_VAR, BACKENDS, DEFAULT_BACKEND  # noqa: PLC0415
-    from launcher.inventory import default_inventory, group_members, inventory_list, inventory_var  # noqa: PLC0415
-
-    inv = inventory or default_inventory()
-    data = inventory_list(inv) if inv is not None and inv.exists() else {}
-    chosen = name or inventory_var(data, BACKEND_VAR) or DEFAULT_BACKEND
-    if chosen not in BACKENDS:
-        raise ConfigurationError(
-            f"{inv}: {BACKEND_VAR}: {chosen!r} is not a backend (choose from {', '.join(BACKENDS)})"
-        )
-    if chosen != "slurm" and login_only:
-        raise ConfigurationError(
-            f"{where}: slurm.shared_dir: the login-host-only mode needs backend slurm, not {chosen}; "
-            f"run --backend slurm, or set {BACKEND_VAR}: slurm in the inventory"
-        )
-    if chosen != "slurm":
-        return {"backend": chosen}
-    from launcher.backends.slurm import LOGIN_VAR, login_host  # noqa: PLC0415
-
-    login = login_host({LOGIN_VAR: inventory_var(data, LOGIN_VAR)}, group_members(data), str(where))
-    return {"backend": "slurm", "slurm": {"login_host": login}}
 
 
 def _checkpoints_of(spec: JobSpec, run_id: str, resume: ResumeFrom | None) -> str | None:
@@ -187,16 +159,9 @@ def run_job(
     job = load_and_check(job_path, inv)
     stage_items(job)  # a missing source is bad input before any host is asked
     spec = job.spec
-    backend_fields = choose_backend(backend, inv, job_path, spec.slurm.login_only)
     run_id = new_run_id(spec.name)
-    login = (backend_fields.get("slurm") or {}).get("login_host") if spec.slurm.login_only else None
-    if login is not None:
-        from launcher.backends import slurm_shared  # noqa: PLC0415 - only in the login-host-only mode
-
-        if resume is not None:
-            raise ConfigurationError(f"{job_path}: run --resume: not supported with slurm.shared_dir yet")
-        backend_fields["slurm"] = slurm_shared.record_fields(spec, login, run_id)
-    recover = _check_recovery(spec, job_path, backend_fields.get("backend", "ssh"), detach=detach, out=out)
+    handle = prepare(backend, inv, spec, job_path, run_id, resume=resume is not None)
+    recover = check_recovery(spec, job_path, handle.backend, detach=detach, out=out)
     interrupted = threading.Event()
     with interrupt_guard(interrupted):
         run = RunDir.create(
@@ -211,7 +176,7 @@ def run_job(
                 "launcher_pid": os.getpid(),
                 "detached": detach,
                 **({"resumed_from": resume.run_id} if resume else {}),
-                **backend_fields,
+                **handle.record_fields(),
             },
         )
         print(f"run {run_id}: {run.path}", file=out, flush=True)
@@ -221,18 +186,9 @@ def run_job(
         attempts.begin(run, 1, time.time())
         try:
             facts = preflight_once.reuse(spec.hosts) if preflight_once and not resume else None
-            if facts is None and login is not None:  # the login host stands in for the nodes Slurm picks
-                facts = slurm_shared.rank_facts(
-                    run_preflight(
-                        runner,
-                        slurm_shared.preflight_spec(spec, login),
-                        run_id,
-                        output_dir=slurm_shared.preflight_output_dir(spec, run_id),
-                    ),
-                    int(spec.slurm.nodes or 0),
-                )
-            elif facts is None:
-                facts = run_preflight(
+            if facts is None:  # where the backend reaches (login host only: its facts once per rank)
+                facts = backend_of(run.load()).preflight(
+                    run_preflight,
                     runner,
                     spec,
                     run_id,
@@ -275,67 +231,6 @@ def _ended_before_start(run: RunDir, state: str, err: LauncherError) -> None:
     """Record a run (and its first attempt) that ended before its trainers started."""
     attempts.end(run, state, str(err))
     run.set_status(state, str(err))
-
-
-def _check_recovery(spec: JobSpec, job_path: Path, backend: str, *, detach: bool, out: IO[str]) -> bool:
-    """Return True when the launcher retries failed attempts; refuse, in one line, a recovery policy the run
-    cannot follow; note when the default one is off.
-
-    Recovery needs the launcher following the run (not ``--detach``) over the ssh backend. Under Slurm the
-    batch script requeues the job itself (:func:`_slurm_recovery`), followed or not.
-    """
-    if backend == "slurm":
-        return _slurm_recovery(spec, job_path, out)
-    why = "" if backend == "ssh" else f"the {backend} backend does not retry attempts yet"
-    why = why or ("a detached run is not followed: nobody restarts it" if detach else "")
-    if not why or not spec.recovery.enabled:
-        return spec.recovery.enabled
-    if "recovery" in spec.model_fields_set:
-        raise ConfigurationError.at(
-            job_path, "recovery", f"{why}; set recovery.max_restarts: 0, or follow it over ssh", "recovery"
-        )
-    print(f"note: recovery off: {why}; the first failure ends the run", file=out)
-    return False
-
-
-def _slurm_recovery(spec: JobSpec, job_path: Path, out: IO[str]) -> bool:
-    """Slurm recovers by requeueing the batch job (docs/slurm.md "Requeue"); the launcher only records the
-    attempts, so it never retries itself (returns False). A policy Slurm cannot follow is refused in one line
-    when the job spec names it, else noted as off."""
-    from launcher.backends.slurm_script import (  # noqa: PLC0415
-        requeue_for,
-        requeue_refusal,
-        requeue_too_early,
-    )
-
-    early = requeue_too_early(spec)
-    if early:
-        raise ConfigurationError(f"{job_path}: {early}")
-    if spec.recovery.spares is not None:  # nothing would use them: refused, not ignored
-        raise ConfigurationError.at(
-            job_path,
-            "recovery.spares",
-            "spare nodes replace a lost node over ssh only; under Slurm the scheduler places the nodes (a "
-            "requeued job runs again on its allocation's nodes): leave recovery.spares out",
-            "recovery",
-        )
-    why = requeue_refusal(spec)
-    if why and "recovery" in spec.model_fields_set:
-        raise ConfigurationError.at(
-            job_path, "recovery", f"{why}; or set recovery.max_restarts: 0", "recovery"
-        )
-    if why:
-        print(f"note: recovery off: {why}; the first failure ends the run", file=out)
-    requeue = requeue_for(spec)
-    if requeue is not None:
-        limit = f", {requeue.before_s} s before its time limit" if requeue.before_s else ""
-        print(
-            f"recovery: Slurm requeues the job on node failure and preemption{limit}, up to "
-            f"{requeue.max_restarts} times; each restart resumes from the last checkpoint complete on every "
-            "node",
-            file=out,
-        )
-    return False
 
 
 def _next_plan(  # noqa: PLR0917 - the attempt loop's state
@@ -797,19 +692,7 @@ def _ship_and_follow(
     t_start = time.monotonic()
     backend = backend_of(run.load())
     try:
-        launch = backend.start(
-            runner,
-            run,
-            plan,
-            {
-                "mift_hosts": ",".join(facts.hosts),
-                "mift_run_id": run.run_id,
-                "mift_agent_src": agent_source(),
-                "mift_files_dir": str(run.files_dir),
-                "mift_stop_grace_s": spec.timeouts.stop_grace_s,
-                "mift_start_wait_s": 30,
-            },
-        )
+        launch = backend.start(runner, run, plan, launch_vars(run, plan))
     except LauncherError as err:  # the scheduler refused the request before anything was submitted
         run.set_status("rejected", str(err))
         raise
@@ -823,13 +706,9 @@ def _ship_and_follow(
             return Verdict("stopped", "interrupted (Ctrl-C) while starting"), {}, job
         return Verdict("failed", _launch_failure(launch.failures)), {}, job
     run.set_status("running")
-    slurm = run.load().get("slurm")
-    master_addr = plan.master_addr
-    if slurm:
-        print(
-            f"submitted as slurm job {slurm.get('job_id')} on {slurm.get('login_host')}", file=out, flush=True
-        )
-        master_addr = "<the allocation's first node>"  # set on the nodes by the agent's slurm-step
+    said, master_addr = backend.started(plan)  # Slurm: the job id; MASTER_ADDR is the allocation's
+    if said:
+        print(said, file=out, flush=True)
     print(
         f"started on {len(facts.hosts)} nodes in {time.monotonic() - t_start:.1f} s "
         f"(MASTER_ADDR={master_addr} MASTER_PORT={spec.master_port} "

@@ -1,0 +1,151 @@
+"""What every backend is: the :class:`Backend` protocol and the :class:`Handle` the run record stores.
+
+A backend owns the whole remote side of a run: ``prepare`` (a frozen :class:`Handle`: what the run record
+keeps to find the run's remote half again), the recovery policy it can follow, where preflight runs, start,
+poll, judge, stop and collect. The engine calls these and nothing else; a new backend is one new module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from launcher.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+    from typing import IO, Self
+
+    from launcher.engine.plan import RunPlan
+    from launcher.job import Job
+    from launcher.jobspec import JobSpec
+    from launcher.preflight import NodeFacts, NodePath
+    from launcher.runner import PlaybookResult, PlaybookRunner
+    from launcher.runs import RunDir
+    from launcher.verdict import Verdict
+
+# the run record's key holding the backend's handle (``kind`` and the handle's fields)
+HANDLE_KEY = "handle"
+
+
+@dataclasses.dataclass(frozen=True)
+class Handle:
+    """What a run's record keeps of its backend, so that ``status``, ``stop`` and ``logs`` reach the run's
+    remote half after the launcher is gone. ``kind`` names the backend class that reads it back."""
+
+    kind: ClassVar[str]
+    backend: ClassVar[str]  # the run record's ``backend``: the name ``run --backend`` takes
+
+    def stored(self) -> dict[str, Any]:
+        """Return the handle as the run record stores it (``kind`` first)."""
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+    def record_fields(self) -> dict[str, Any]:
+        """Return the run record's fields of a run prepared with this handle (``backend``, the handle, and
+        what the backend shows besides)."""
+        return {"backend": self.backend, HANDLE_KEY: self.stored()}
+
+
+class Preflight(Protocol):
+    """:func:`launcher.preflight.run_preflight`, as the engine hands it to :meth:`Backend.preflight`."""
+
+    def __call__(
+        self,
+        runner: PlaybookRunner,
+        spec: JobSpec,
+        run_id: str,
+        *,
+        output_dir: str | None = None,
+        checkpoints_of: str | None = None,
+        requires: Sequence[NodePath] = (),
+    ) -> NodeFacts:
+        """Run preflight on ``spec``'s hosts; return their facts."""
+        ...
+
+
+class Backend(Protocol):
+    """The remote side of a run: prepare, preflight, start, poll, judge, stop and collect."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    def inventory_fields(cls, inventory: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """Return what the backend reads from the inventory (``ansible-inventory --list``) for the record."""
+        ...
+
+    @classmethod
+    def takes(cls, spec: JobSpec) -> bool:
+        """Return True when the backend can run ``spec`` (False: ``run`` refuses it before anything)."""
+        ...
+
+    @classmethod
+    def prepare(
+        cls, spec: JobSpec, chosen: Mapping[str, Any], where: Path, run_id: str, *, resume: bool
+    ) -> Handle:
+        """Return the run's handle (``chosen``: :meth:`inventory_fields`); bad input raises, one line."""
+        ...
+
+    @classmethod
+    def from_handle(cls, handle: Handle) -> Self:
+        """Return the backend of a run prepared with ``handle``."""
+        ...
+
+    @classmethod
+    def recovery(cls, spec: JobSpec, where: Path, *, detach: bool, out: IO[str]) -> bool:
+        """Return True when the launcher retries failed attempts; refuse (one line) a policy the backend
+        cannot follow; note when the default one is off."""
+        ...
+
+    def preflight(
+        self,
+        run_preflight: Preflight,
+        runner: PlaybookRunner,
+        spec: JobSpec,
+        run_id: str,
+        *,
+        output_dir: str | None,
+        checkpoints_of: str | None,
+        requires: Sequence[NodePath],
+    ) -> NodeFacts:
+        """Run preflight where the backend reaches; return the facts the plan is made from."""
+        ...
+
+    def start(
+        self, runner: PlaybookRunner, run: RunDir, plan: RunPlan, launch_vars: Mapping[str, Any]
+    ) -> PlaybookResult:
+        """Start the trainers (or hand them to the scheduler); per-host ``start`` reports and failures."""
+        ...
+
+    def started(self, plan: RunPlan) -> tuple[str, str]:
+        """Return the line said once started ('' for none) and the MASTER_ADDR the start line shows."""
+        ...
+
+    def poll(self, job: Job) -> dict[str, dict[str, Any]]:
+        """Return host -> the node agent's status."""
+        ...
+
+    def judge(self, job: Job) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+        """Return the function that turns one poll's node states into the run's state."""
+        ...
+
+    def stop(self, job: Job) -> PlaybookResult:
+        """Stop every trainer of the run; per-host ``stop`` reports (what is left)."""
+        ...
+
+    def collect(self, job: Job) -> PlaybookResult:
+        """Fetch every node's logs, state and metrics into ``nodes/<host>/``; per-host ``collect`` reports."""
+        ...
+
+
+def recovery_or_note(spec: JobSpec, where: Path, why: str, out: IO[str]) -> bool:
+    """Return whether the launcher retries: the job spec's policy, unless ``why`` says it cannot; then a
+    policy the job spec names is refused (one line), the default one noted as off."""
+    if not why or not spec.recovery.enabled:
+        return spec.recovery.enabled
+    if "recovery" in spec.model_fields_set:
+        raise ConfigurationError.at(
+            where, "recovery", f"{why}; set recovery.max_restarts: 0, or follow it over ssh", "recovery"
+        )
+    print(f"note: recovery off: {why}; the first failure ends the run", file=out)
+    return False
