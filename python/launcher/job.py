@@ -16,7 +16,7 @@ from launcher.jobspec import Timeouts
 from launcher.metrics import Summary, read_jsonl, summarize, write_metrics
 from launcher.plot import plot_gpus, plot_loss
 from launcher.runner import PlaybookResult, PlaybookRunner
-from launcher.runs import FINAL_STATES, RunDir
+from launcher.runs import RunDir, RunRecord
 from launcher.telemetry import after_fields, gpu_series
 from launcher.verdict import Judge, settled_notes
 
@@ -26,13 +26,12 @@ RUNNING = ("starting", "running")
 class Job:
     """One run's nodes, reached through the run's own ansible-runner private data dir."""
 
-    def __init__(self, run: RunDir, record: dict[str, Any] | None = None) -> None:
+    def __init__(self, run: RunDir, record: RunRecord | None = None) -> None:
         self.run = run
-        self.record = record or run.load()
-        self.hosts: list[str] = list(self.record["hosts"])
-        inventory = self.record.get("inventory")
-        spec = self.record.get("spec", {})
-        timeouts = Timeouts.model_validate(spec.get("timeouts") or {})  # the job spec's defaults: one home
+        self.record = record or run.record()
+        self.hosts: list[str] = list(self.record.hosts)
+        inventory = self.record.inventory
+        timeouts = Timeouts.model_validate(self.record.spec.get("timeouts") or {})  # the job spec's defaults
         self.stop_grace_s = timeouts.stop_grace_s
         self.runner = PlaybookRunner(run.ansible_dir, inventory=Path(inventory) if inventory else None)
         self.node_judge = Judge(self.hosts, float(timeouts.teardown_grace_s))
@@ -153,10 +152,10 @@ def _brief(node: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in node.items() if k != "log_tail"}
 
 
-def launcher_alive(record: dict[str, Any]) -> bool:
+def launcher_alive(record: RunRecord) -> bool:
     """Return True while the launcher process that follows this run is alive."""
-    pid = record.get("launcher_pid")
-    if not isinstance(pid, int):
+    pid = record.launcher_pid
+    if pid is None:
         return False
     try:
         os.kill(pid, 0)
@@ -169,6 +168,6 @@ def launcher_alive(record: dict[str, Any]) -> bool:
     return b"launcher" in cmdline
 
 
-def is_final(record: dict[str, Any]) -> bool:
+def is_final(record: RunRecord) -> bool:
     """Return True when the run record holds a final state."""
-    return record.get("status") in FINAL_STATES
+    return record.final

@@ -1,6 +1,9 @@
 """The controller run directory ``runs/<run_id>/``: run record, ansible artifacts, node logs, metrics.
 
 Everything ``status``, ``logs``, ``stop`` and ``list`` need is in here, so they work after the launcher died.
+The run record (``record.json``) is read and written here only: :meth:`RunDir.record` returns the typed
+:class:`RunRecord` of the fields the engine, the backends and the commands read; :meth:`RunDir.update` and
+:meth:`RunDir.set_status` write it (atomically, merging fields: the run's steps add theirs as they go).
 """
 
 from __future__ import annotations
@@ -9,11 +12,13 @@ import json
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from launcher.exceptions import ConfigurationError
+from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.repo import STATE_DIR
 
 RECORD = "record.json"
@@ -30,6 +35,76 @@ def runs_root() -> Path:
 def new_run_id(name: str) -> str:
     """Return a fresh, sortable run id for a job named ``name``."""
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The fields of a run record (``record.json``) that the engine, the backends and the commands read,
+    typed; ``data`` is the whole record as stored (the rest: summary, nodes, staging, ... as JSON)."""
+
+    run_id: str
+    status: str
+    name: str = ""
+    created_at: float = 0.0
+    spec_path: str = ""
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    inventory: str | None = None
+    launcher_pid: int | None = None
+    # the backend's name (``run --backend``) and its handle (launcher.backends: ``kind`` and its fields)
+    backend: str | None = None
+    handle: Mapping[str, Any] | None = None
+    slurm: Mapping[str, Any] = field(default_factory=dict)  # the Slurm job (slurm backend)
+    hosts: tuple[str, ...] = ()  # the nodes, once the plan named them (none: no trainer was started)
+    nproc_per_node: int | None = None
+    output_dir: str | None = None
+    deepspeed: str | None = None
+    plan: Mapping[str, Any] | None = None
+    attempts: tuple[Mapping[str, Any], ...] = ()
+    result_reason: str = ""
+    resumed_from: str | None = None
+    data: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> RunRecord:
+        """Return the typed record of ``data`` (a record as stored; missing fields take their defaults)."""
+        pid, nproc = data.get("launcher_pid"), data.get("nproc_per_node")
+        handle = data.get("handle")
+        plan = data.get("plan")
+        return cls(
+            run_id=str(data.get("run_id") or ""),
+            status=str(data.get("status") or ""),
+            name=str(data.get("name") or ""),
+            created_at=float(data.get("created_at") or 0.0),
+            spec_path=str(data.get("spec_path") or ""),
+            spec=_mapping(data.get("spec")),
+            inventory=_str_or_none(data.get("inventory")),
+            launcher_pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            backend=_str_or_none(data.get("backend")),
+            handle=handle if isinstance(handle, Mapping) else None,
+            slurm=_mapping(data.get("slurm")),
+            hosts=tuple(str(h) for h in data.get("hosts") or ()),
+            nproc_per_node=nproc if isinstance(nproc, int) and not isinstance(nproc, bool) else None,
+            output_dir=_str_or_none(data.get("output_dir")),
+            deepspeed=_str_or_none(data.get("deepspeed")),
+            plan=plan if isinstance(plan, Mapping) else None,
+            attempts=tuple(a for a in data.get("attempts") or () if isinstance(a, Mapping)),
+            result_reason=str(data.get("result_reason") or ""),
+            resumed_from=_str_or_none(data.get("resumed_from")),
+            data=data,
+        )
+
+    @property
+    def final(self) -> bool:
+        """Return True when the run ended (a final state)."""
+        return self.status in FINAL_STATES
 
 
 @dataclass
@@ -78,8 +153,12 @@ class RunDir:
         except ConfigurationError:
             return self.path.stat().st_mtime
 
+    def record(self) -> RunRecord:
+        """Return the run record, typed."""
+        return RunRecord.of(self.load())
+
     def load(self) -> dict[str, Any]:
-        """Return the run record."""
+        """Return the run record as stored (JSON)."""
         try:
             data = json.loads((self.path / RECORD).read_text())
         except (OSError, ValueError) as err:
@@ -114,6 +193,12 @@ class RunDir:
         record.setdefault("timeline", []).append(entry)
         self.save(record)
         return record
+
+
+def exit_code_of(status: object) -> ExitCode:
+    """Return the exit code for a run in ``status`` (the record's): 0 once it succeeded, or
+    (``run --detach``) while its trainers run on; 1 when it failed, stalled, was stopped or rejected."""
+    return OK if status == "succeeded" or status not in FINAL_STATES else JOB_FAILED
 
 
 def list_runs() -> list[RunDir]:

@@ -305,6 +305,7 @@ def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
     """Preflight runs once for the probe: later candidates on the same node reuse its facts, as copies."""
     import launcher.engine.steps as steps  # noqa: PLC0415
     from launcher.preflight import PreflightOnce, facts_of_host  # noqa: PLC0415
+    from launcher.runs import exit_code_of  # noqa: PLC0415
 
     job_path = _job(tmp_path, "deepspeed: none\n")
     preflights: list[str] = []
@@ -327,7 +328,8 @@ def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
     once = PreflightOnce()
     for _ in range(3):
         out = io.StringIO()
-        assert steps.run_job(job_path, inventory=inventory, detach=False, out=out, preflight_once=once) == 0
+        run = steps.run_job(job_path, inventory=inventory, detach=False, out=out, preflight_once=once)
+        assert exit_code_of(run.load().get("status")) == 0  # run_job returns the run directory
     assert len(preflights) == 1 and shipped == [["n1"]] * 3
     assert once.facts is not None and "changed by this run" not in once.facts.notes  # runs change copies
     assert once.reuse(["n1", "n2"]) is None  # other hosts: preflight

@@ -27,6 +27,7 @@ from launcher.backends.slurm_shared import SharedSlurmBackend
 from launcher.backends.ssh import SshBackend, SshHandle
 from launcher.exceptions import ConfigurationError
 from launcher.inventory import default_inventory, inventory_list, inventory_var
+from launcher.runs import RunRecord
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -101,11 +102,12 @@ def nodes_in_inventory(spec: JobSpec) -> bool:
     return not spec.slurm.login_only
 
 
-def handle_of(record: Mapping[str, Any]) -> Handle:
+def handle_of(record: RunRecord | Mapping[str, Any]) -> Handle:
     """Return the handle a run record stores. A record written before handles existed: ``backend`` (ssh when
     none) and, under Slurm, the ``slurm`` fields (``run_root``: the login-host-only mode)."""
-    stored = record.get(HANDLE_KEY)
-    if isinstance(stored, dict) and stored.get("kind") in KINDS:
+    record = record if isinstance(record, RunRecord) else RunRecord.of(record)
+    stored = record.handle
+    if stored is not None and stored.get("kind") in KINDS:
         fields = {k: v for k, v in stored.items() if k != "kind"}
         handle_class = KINDS[str(stored["kind"])][0]
         try:
@@ -114,9 +116,9 @@ def handle_of(record: Mapping[str, Any]) -> Handle:
             raise ConfigurationError(
                 f"run record: {HANDLE_KEY}: not a {stored['kind']} handle: {err}"
             ) from None
-    if str(record.get("backend") or DEFAULT_BACKEND) != "slurm":
+    if (record.backend or DEFAULT_BACKEND) != "slurm":
         return SshHandle()
-    slurm = record.get("slurm") or {}
+    slurm = record.slurm
     login, job_id = str(slurm.get("login_host") or ""), slurm.get("job_id")
     if slurm.get("run_root"):
         root = str(slurm["run_root"])
@@ -125,7 +127,7 @@ def handle_of(record: Mapping[str, Any]) -> Handle:
     return SlurmHandle(login, job_id)
 
 
-def backend_of(record: Mapping[str, Any]) -> Backend:
+def backend_of(record: RunRecord | Mapping[str, Any]) -> Backend:
     """Return the backend of a recorded run, built from its handle."""
     handle = handle_of(record)
     return KINDS[handle.kind][1].from_handle(handle)

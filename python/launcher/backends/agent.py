@@ -7,8 +7,8 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from launcher.backends.base import RunNodes
     from launcher.engine.plan import RunPlan
-    from launcher.job import Job
     from launcher.runner import PlaybookResult
     from launcher.runs import RunDir
 
@@ -35,7 +35,7 @@ def launch_vars(run: RunDir, plan: RunPlan) -> dict[str, Any]:
     }
 
 
-def poll_agents(job: Job) -> dict[str, dict[str, Any]]:
+def poll_agents(job: RunNodes) -> dict[str, dict[str, Any]]:
     """Return host -> the agent's status (``state`` unreachable or absent when it gave none)."""
     result = job.runner.run(
         "poll",
@@ -47,7 +47,7 @@ def poll_agents(job: Job) -> dict[str, dict[str, Any]]:
     return nodes_from(result, job.hosts)
 
 
-def stop_agents(job: Job) -> PlaybookResult:
+def stop_agents(job: RunNodes) -> PlaybookResult:
     """Stop the trainer on every node through its agent (not interruptible); return the result."""
     stop_vars = {**job.base_vars, "mift_stop_grace_s": job.stop_grace_s}
     if job.dump_stacks_on_stop:
@@ -55,8 +55,9 @@ def stop_agents(job: Job) -> PlaybookResult:
     return job.runner.run("stop", stop_vars, cancellable=False, timeout=180)
 
 
-def collect_agents(job: Job) -> PlaybookResult:
-    """Fetch every node's ``collect.tar.gz`` over ssh (collect.yml); :meth:`Job.collect` unpacks."""
+def collect_agents(job: RunNodes) -> PlaybookResult:
+    """Fetch every node's ``collect.tar.gz`` over ssh (collect.yml); ``Job.collect`` (launcher/job.py)
+    unpacks."""
     return job.runner.run(
         "collect",
         {**job.base_vars, "mift_collect_dir": str(job.run.nodes_dir)},

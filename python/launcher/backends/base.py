@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from typing import IO, Self
 
     from launcher.engine.plan import RunPlan
-    from launcher.job import Job
     from launcher.jobspec import JobSpec
     from launcher.preflight import NodeFacts, NodePath
     from launcher.runner import PlaybookResult, PlaybookRunner
@@ -45,6 +44,45 @@ class Handle:
         """Return the run record's fields of a run prepared with this handle (``backend``, the handle, and
         what the backend shows besides)."""
         return {"backend": self.backend, HANDLE_KEY: self.stored()}
+
+
+class RunNodes(Protocol):
+    """A started run's nodes as a backend reaches them (:class:`launcher.job.Job`, built from the record)."""
+
+    @property
+    def run(self) -> RunDir:
+        """Return the run directory."""
+        ...
+
+    @property
+    def runner(self) -> PlaybookRunner:
+        """Return the run's own ansible-runner wrapper."""
+        ...
+
+    @property
+    def hosts(self) -> list[str]:
+        """Return the run's nodes, in rank order."""
+        ...
+
+    @property
+    def stop_grace_s(self) -> int:
+        """Return the seconds a trainer has between SIGTERM and SIGKILL."""
+        ...
+
+    @property
+    def dump_stacks_on_stop(self) -> bool:
+        """Return True when the stop dumps every trainer's stacks first (a stalled run)."""
+        ...
+
+    @property
+    def node_judge(self) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+        """Return the judge of the nodes' states (the ssh backend's verdict)."""
+        ...
+
+    @property
+    def base_vars(self) -> dict[str, Any]:
+        """Return the extra vars every run playbook takes."""
+        ...
 
 
 class Preflight(Protocol):
@@ -121,19 +159,19 @@ class Backend(Protocol):
         """Return the line said once started ('' for none) and the MASTER_ADDR the start line shows."""
         ...
 
-    def poll(self, job: Job) -> dict[str, dict[str, Any]]:
+    def poll(self, job: RunNodes) -> dict[str, dict[str, Any]]:
         """Return host -> the node agent's status."""
         ...
 
-    def judge(self, job: Job) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+    def judge(self, job: RunNodes) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
         """Return the function that turns one poll's node states into the run's state."""
         ...
 
-    def stop(self, job: Job) -> PlaybookResult:
+    def stop(self, job: RunNodes) -> PlaybookResult:
         """Stop every trainer of the run; per-host ``stop`` reports (what is left)."""
         ...
 
-    def collect(self, job: Job) -> PlaybookResult:
+    def collect(self, job: RunNodes) -> PlaybookResult:
         """Fetch every node's logs, state and metrics into ``nodes/<host>/``; per-host ``collect`` reports."""
         ...
 

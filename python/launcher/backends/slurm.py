@@ -45,9 +45,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import IO
 
-    from launcher.backends.base import Preflight
+    from launcher.backends.base import Preflight, RunNodes
     from launcher.engine.plan import RunPlan
-    from launcher.job import Job
     from launcher.jobspec import JobSpec
     from launcher.preflight import NodeFacts, NodePath
     from launcher.runner import PlaybookResult, PlaybookRunner
@@ -264,7 +263,7 @@ class SlurmBackend:
     ) -> PlaybookResult:
         """Check the partition, prepare every node, submit; return the nodes' and the login host's results."""
         alloc = self.allocation(plan)
-        partition = self.check(runner, alloc, str(run.load().get("spec_path", plan.run_id)))
+        partition = self.check(runner, alloc, run.record().spec_path or plan.run_id)
         prepared = self.ship(runner, plan, launch_vars)
         if not prepared.ok:
             return prepared
@@ -323,7 +322,7 @@ class SlurmBackend:
     STOP_PLAYBOOK = "slurm_stop"
 
     # --- poll --------------------------------------------------------------------------------------------
-    def poll(self, job: Job) -> dict[str, dict[str, Any]]:
+    def poll(self, job: RunNodes) -> dict[str, dict[str, Any]]:
         """Ask the node agents and slurmctld; a queued job shows its reason as every node's state."""
         result = job.runner.run(
             self.POLL_PLAYBOOK,
@@ -355,7 +354,7 @@ class SlurmBackend:
             nodes = {h: {**n, "state": shown} for h, n in nodes.items()}
         return nodes
 
-    def judge(self, job: Job) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+    def judge(self, job: RunNodes) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
         """Slurm's job state decides; the nodes say which trainer failed first, and whether a completed
         job left its outputs."""
 
@@ -365,10 +364,10 @@ class SlurmBackend:
                 return Verdict("running")
             if last.state == "COMPLETED":
                 return job.node_judge(nodes)
-            if last.state == "CANCELLED" and (job.run.load().get("slurm") or {}).get("cancelled_by_launcher"):
+            if last.state == "CANCELLED" and job.run.record().slurm.get("cancelled_by_launcher"):
                 return Verdict("stopped", f"{last.describe()}: cancelled by `launcher stop`")
             first = first_failure(nodes)
-            budget = budget_words(last, (job.run.load().get("slurm") or {}).get("max_restarts"))
+            budget = budget_words(last, job.run.record().slurm.get("max_restarts"))
             return Verdict(
                 "failed",
                 last.describe()
@@ -379,7 +378,7 @@ class SlurmBackend:
         return verdict
 
     # --- stop --------------------------------------------------------------------------------------------
-    def stop(self, job: Job) -> PlaybookResult:
+    def stop(self, job: RunNodes) -> PlaybookResult:
         """scancel the job (when it was submitted), then stop and check every node through its agent."""
         if self.last is None or self.last.state not in ENDED_BADLY | {"COMPLETED", "GONE"}:
             slurm = dict(job.run.load().get("slurm") or {})  # the job may still run: this scancel ends it
@@ -392,7 +391,7 @@ class SlurmBackend:
             timeout=180,
         )
 
-    def collect(self, job: Job) -> PlaybookResult:
+    def collect(self, job: RunNodes) -> PlaybookResult:
         """Fetch every node's logs, state and metrics (over ssh, as the ssh backend)."""
         return collect_agents(job)
 
@@ -412,9 +411,9 @@ def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, Mapping[str
     """Keep one attempt per start of a requeued job in the run's record: Slurm's restart count, why each
     attempt ended (the batch output on the node that ran the batch script) and the step each restart resumed
     from (its nodes' state)."""
-    record = run.load()
-    max_restarts = (record.get("slurm") or {}).get("max_restarts")
-    attempts = record.get("attempts")
+    record = run.record()
+    max_restarts = record.slurm.get("max_restarts")
+    attempts = record.data.get("attempts")
     if max_restarts is None or not isinstance(attempts, list) or last.state in ("UNKNOWN", "GONE"):
         return
     causes: dict[str, str] = {}

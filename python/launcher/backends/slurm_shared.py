@@ -29,10 +29,9 @@ from launcher.preflight import GIB, NodeFacts
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from launcher.backends.base import Handle, Preflight
+    from launcher.backends.base import Handle, Preflight, RunNodes
     from launcher.backends.slurm_script import Allocation
     from launcher.engine.plan import RunPlan
-    from launcher.job import Job
     from launcher.jobspec import JobSpec
     from launcher.preflight import NodePath
     from launcher.runner import PlaybookResult, PlaybookRunner
@@ -167,7 +166,7 @@ class SharedSlurmBackend(SlurmBackend):
             timeout=plan.spec.timeouts.start_s,
         )
 
-    def collect(self, job: Job) -> PlaybookResult:
+    def collect(self, job: RunNodes) -> PlaybookResult:
         """Pack every rank's logs and metrics in the shared folder and fetch them through the login host."""
         return job.runner.run(
             "slurm_shared_collect",

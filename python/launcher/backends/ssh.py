@@ -13,9 +13,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import IO
 
-    from launcher.backends.base import Preflight
+    from launcher.backends.base import Preflight, RunNodes
     from launcher.engine.plan import RunPlan
-    from launcher.job import Job
     from launcher.jobspec import JobSpec
     from launcher.preflight import NodeFacts, NodePath
     from launcher.runner import PlaybookResult, PlaybookRunner
@@ -97,18 +96,18 @@ class SshBackend:
         """Nothing more to say; the plan's MASTER_ADDR."""
         return "", plan.master_addr
 
-    def poll(self, job: Job) -> dict[str, dict[str, Any]]:
+    def poll(self, job: RunNodes) -> dict[str, dict[str, Any]]:
         """Ask every node's agent."""
         return poll_agents(job)
 
-    def judge(self, job: Job) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+    def judge(self, job: RunNodes) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
         """The node judge: the first failed node ends the run."""
         return job.node_judge
 
-    def stop(self, job: Job) -> PlaybookResult:
+    def stop(self, job: RunNodes) -> PlaybookResult:
         """Stop every node's trainer through its agent."""
         return stop_agents(job)
 
-    def collect(self, job: Job) -> PlaybookResult:
+    def collect(self, job: RunNodes) -> PlaybookResult:
         """Fetch every node's logs, state and metrics."""
         return collect_agents(job)

@@ -12,7 +12,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import OK, ExitCode
 
 if TYPE_CHECKING:
-    from launcher.runs import RunDir
+    from launcher.runs import RunDir, RunRecord
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -40,8 +40,8 @@ def _cmd_logs(args: argparse.Namespace) -> ExitCode:
     return show_logs(args.run, node=args.node, follow=args.follow, rank=args.rank)
 
 
-def _host(record: dict[str, object], node: str) -> str:
-    hosts = [str(h) for h in record.get("hosts") or []]  # type: ignore[attr-defined]
+def _host(record: RunRecord, node: str) -> str:
+    hosts = list(record.hosts)
     if node.isdigit() and int(node) < len(hosts):
         return hosts[int(node)]
     if node in hosts:
@@ -49,10 +49,10 @@ def _host(record: dict[str, object], node: str) -> str:
     raise ConfigurationError(f"--node {node}: not a node of this run ({', '.join(hosts) or 'none started'})")
 
 
-def _rank_host(record: dict[str, object], rank: int) -> str:
+def _rank_host(record: RunRecord, rank: int) -> str:
     """Return the host that runs global rank ``rank`` (node rank = rank // nproc_per_node)."""
-    hosts = [str(h) for h in record.get("hosts") or []]  # type: ignore[attr-defined]
-    nproc = record.get("nproc_per_node")
+    hosts = list(record.hosts)
+    nproc = record.nproc_per_node
     if not isinstance(nproc, int) or nproc < 1 or not 0 <= rank < nproc * len(hosts):
         world = nproc * len(hosts) if isinstance(nproc, int) else "unknown"
         raise ConfigurationError(f"--rank {rank}: not a rank of this run (world size {world})")
@@ -77,7 +77,7 @@ def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> 
     from launcher.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
-    record = run.load()
+    record = run.record()
     host = _host(record, node) if rank is None else _rank_host(record, rank)
     printed = 0
     job = Job(run, record) if not is_final(record) else None
@@ -100,7 +100,7 @@ def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> 
             sys.stdout.write(text if rank is None else rank_lines(text, rank))
             sys.stdout.flush()
             printed = end
-        if not follow or not active or is_final(run.load()):
+        if not follow or not active or is_final(run.record()):
             break
         try:
             time.sleep(2)

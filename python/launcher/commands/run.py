@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launcher.runs import exit_code_of
+
 if TYPE_CHECKING:
     import argparse
 
@@ -49,8 +51,10 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
         if args.job is not None:
             args.parser.error("argument --resume: give RUN or a job spec, not both")
         job, inventory, resume = _resume_source(args.resume, args.inventory)
-        return run_job(job, inventory=inventory, detach=args.detach, resume=resume, backend=args.backend)
-    return run_job(args.job, inventory=args.inventory, detach=args.detach, backend=args.backend)
+        run = run_job(job, inventory=inventory, detach=args.detach, resume=resume, backend=args.backend)
+    else:
+        run = run_job(args.job, inventory=args.inventory, detach=args.detach, backend=args.backend)
+    return exit_code_of(run.record().status)
 
 
 def _resume_source(ref: str, inventory: Path | None) -> tuple[Path, Path | None, ResumeFrom]:
@@ -60,25 +64,25 @@ def _resume_source(ref: str, inventory: Path | None) -> tuple[Path, Path | None,
     from launcher.runs import find_run  # noqa: PLC0415
 
     old = find_run(ref)
-    record = old.load()
+    record = old.record()
     where = f"{old.path}/record.json"
-    if record.get("status") not in ("stopped", "failed", "stalled"):
+    if record.status not in ("stopped", "failed", "stalled"):
         raise ConfigurationError.at(
             where,
             "status",
-            f"{record.get('status')}: only a stopped, failed or stalled run can be resumed",
+            f"{record.data.get('status')}: only a stopped, failed or stalled run can be resumed",
             "resume",
         )
-    output_dir = record.get("output_dir")
-    if not record.get("hosts") or not isinstance(output_dir, str):
+    output_dir = record.output_dir
+    if not record.hosts or output_dir is None:
         raise ConfigurationError.at(
             where, "hosts", "the run never started a trainer: nothing to resume", "resume"
         )
-    spec_path = Path(str(record.get("spec_path", "")))
+    spec_path = Path(record.spec_path)
     if not spec_path.is_file():
         raise ConfigurationError.at(where, "spec_path", f"{spec_path}: the run's job spec is gone", "resume")
-    if inventory is None and record.get("inventory"):
-        inventory = Path(str(record["inventory"]))
+    if inventory is None and record.inventory:
+        inventory = Path(record.inventory)
     # a relative output_dir lives in the old node run directory, a sibling of the new one
     node_out = output_dir if output_dir.startswith("/") else f"../{old.run_id}/{output_dir}"
     return spec_path, inventory, ResumeFrom(old.run_id, node_out)

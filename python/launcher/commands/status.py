@@ -38,18 +38,18 @@ def show_status(ref: str | None) -> ExitCode:
     from launcher.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
-    record = run.load()
-    live = record.get("status") in ("running", "stopping") or not launcher_alive(record)
-    if not is_final(record) and record.get("hosts") and live:
+    record = run.record()
+    live = record.status in ("running", "stopping") or not launcher_alive(record)
+    if not is_final(record) and record.hosts and live:
         job = Job(run, record)
         nodes = job.poll()
         run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
         verdict = job.judge(nodes)
         if verdict.state != "running" and not launcher_alive(record):
             finish(job, verdict, nodes)
-        record = run.load()
-    elif not is_final(record) and not launcher_alive(record) and not record.get("hosts"):
+        record = run.record()
+    elif not is_final(record) and not launcher_alive(record) and not record.hosts:
         run.set_status("rejected", "launcher ended before any trainer was started")
-        record = run.load()
-    sys.stdout.write("\n".join(status_lines(record, run)) + "\n")
-    return JOB_FAILED if record.get("status") in ("failed", "stopped", "stalled", "rejected") else OK
+        record = run.record()
+    sys.stdout.write("\n".join(status_lines(dict(record.data), run)) + "\n")
+    return JOB_FAILED if record.status in ("failed", "stopped", "stalled", "rejected") else OK

@@ -37,9 +37,9 @@ def stop_run(ref: str) -> ExitCode:
     from launcher.verdict import Verdict  # noqa: PLC0415
 
     run = find_run(ref)
-    record = run.load()
-    if not record.get("hosts"):
-        print(f"run {run.run_id}: no trainer was started ({record.get('status')})")
+    record = run.record()
+    if not record.hosts:
+        print(f"run {run.run_id}: no trainer was started ({record.status})")
         return OK
     job = Job(run, record)
     result = job.stop()

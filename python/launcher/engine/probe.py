@@ -7,7 +7,7 @@ left) and a training YAML (the job's, with the candidate's micro-batch, accumula
 LLaMA-Factory logs a precise throughput at every step, and ``save_strategy: "no"``), runs it through the
 engine's own
 :func:`launcher.engine.steps.run_job` (validation, preflight, follow, collect: everything a real run does) and
-reads the steady tokens/s from the collected ``metrics.jsonl``
+reads the steady tokens/s from the collected ``metrics.jsonl`` of the run directory it returns
 (:func:`launcher.planning.probe.steady_tokens_per_s`).
 
 Used by ``launcher plan --probe`` and by ``run`` for a job spec with ``plan: probe``
@@ -17,11 +17,9 @@ to the files written for them under ``<work dir>/probe<i>/``.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,14 +28,16 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 import yaml
 
 from launcher.exceptions import LauncherError
+from launcher.exit_codes import OK
 from launcher.metrics import read_jsonl
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.probe import ProbeMeasure, steady_tokens_per_s
 from launcher.preflight import PreflightOnce
-from launcher.runs import runs_root
+from launcher.runs import RunRecord, exit_code_of, runs_root
 
 if TYPE_CHECKING:
     from launcher.planning.training import Candidate
+    from launcher.runs import RunDir
     from launcher.validation.job import LoadedJob
 
 
@@ -52,10 +52,9 @@ class RunJob(Protocol):
         detach: bool,
         out: IO[str] | None = None,
         preflight_once: PreflightOnce | None = None,
-    ) -> int: ...
+    ) -> RunDir: ...
 
 
-RUN_LINE = re.compile(r"^run (\S+): (.+)$", re.MULTILINE)
 # keys of the training YAML the probe sets (the candidate's split comes on top)
 PROBE_TRAIN_KEYS: dict[str, Any] = {
     "logging_steps": 1,
@@ -63,21 +62,6 @@ PROBE_TRAIN_KEYS: dict[str, Any] = {
     "save_strategy": "no",
     "overwrite_cache": False,  # the later candidates reuse the first one's tokenized dataset
 }
-
-
-class _Tee(io.StringIO):
-    """Writes through to ``out`` and keeps a copy (to find the run directory the run announced)."""
-
-    def __init__(self, out: IO[str]) -> None:
-        super().__init__()
-        self.out = out
-
-    def write(self, s: str) -> int:
-        self.out.write(s)
-        return super().write(s)
-
-    def flush(self) -> None:
-        self.out.flush()
 
 
 @dataclass
@@ -141,39 +125,32 @@ class LauncherProber:
         """Run the candidate; return its steady tokens/s on the node, or ``failed`` with the reason."""
         spec_path = self.prepare(candidate, steps, timeout_s)
         print(f"probe: {candidate.describe()} ({steps} steps, at most {timeout_s:.0f} s)", file=self.out)
-        tee = _Tee(self.out)
         start = time.monotonic()
         try:
-            rc = self.run_job(
-                spec_path, inventory=self.inventory, detach=False, out=tee, preflight_once=self.preflight
+            run = self.run_job(
+                spec_path, inventory=self.inventory, detach=False, out=self.out, preflight_once=self.preflight
             )
         except LauncherError as err:
             return ProbeMeasure(candidate, "failed", wall_s=time.monotonic() - start, note=_one_line(err))
         finally:
             spec_path.unlink(missing_ok=True)
         wall = time.monotonic() - start
-        found = RUN_LINE.search(tee.getvalue())
-        if found is None:
-            return ProbeMeasure(candidate, "failed", wall_s=wall, note="the run announced no run directory")
-        run_path = Path(found.group(2).strip())
-        steady = steady_tokens_per_s(read_jsonl(run_path / "metrics.jsonl"))
+        steady = steady_tokens_per_s(read_jsonl(run.path / "metrics.jsonl"))
         if steady is None:  # a run stopped at the budget still counts when it logged two steps
-            record = _record(run_path)
-            why = record.get("result_reason") or record.get("status") or f"exit {rc}"
-            if rc == 0:
+            record = _record(run)
+            code = exit_code_of(record.status)
+            why = record.result_reason or record.status or f"exit {code}"
+            if code == OK:
                 why = "fewer than 2 steps logged with a throughput"
-            return ProbeMeasure(candidate, "failed", wall_s=wall, note=f"{found.group(1)}: {why}")
-        return ProbeMeasure(
-            candidate, "measured", node_tokens_per_s=steady[0], wall_s=wall, note=found.group(1)
-        )
+            return ProbeMeasure(candidate, "failed", wall_s=wall, note=f"{run.run_id}: {why}")
+        return ProbeMeasure(candidate, "measured", node_tokens_per_s=steady[0], wall_s=wall, note=run.run_id)
 
 
-def _record(run_path: Path) -> dict[str, Any]:
+def _record(run: RunDir) -> RunRecord:
     try:
-        data = json.loads((run_path / "record.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return run.record()
+    except LauncherError:
+        return RunRecord(run.run_id, "")
 
 
 def _one_line(err: BaseException) -> str:

@@ -35,7 +35,7 @@ from launcher.engine.plan import (
 )
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
-from launcher.exit_codes import JOB_FAILED, OK, ExitCode
+from launcher.exit_codes import OK, ExitCode
 from launcher.inventory import check_hosts, spare_hosts
 from launcher.job import Job
 from launcher.jobspec import mask_env
@@ -146,8 +146,9 @@ def run_job(
     resume: ResumeFrom | None = None,
     backend: str | None = None,
     preflight_once: PreflightOnce | None = None,
-) -> ExitCode:
-    """Run a job end to end; return 0 on success, 1 when it failed or was stopped (2 raised as bad input).
+) -> RunDir:
+    """Run a job end to end; return its run directory (:func:`exit_code_of` says how it ended; bad input
+    raises ConfigurationError before or after the run directory is made).
 
     ``preflight_once``: facts one preflight learnt about exactly this job's hosts, reused instead of running
     preflight again (the probe's candidates, one after the other on the same node); kept there when empty.
@@ -187,7 +188,7 @@ def run_job(
         try:
             facts = preflight_once.reuse(spec.hosts) if preflight_once and not resume else None
             if facts is None:  # where the backend reaches (login host only: its facts once per rank)
-                facts = backend_of(run.load()).preflight(
+                facts = backend_of(run.record()).preflight(
                     run_preflight,
                     runner,
                     spec,
@@ -214,7 +215,7 @@ def run_job(
             _ended_before_start(run, "stopped" if interrupted.is_set() else failed, err)
             raise
         spares = spare_hosts(spec, inv) if recover else []
-        return _attempt_loop(
+        _attempt_loop(
             run,
             runner,
             plan,
@@ -225,6 +226,7 @@ def run_job(
             recover=recover,
             spares=spares,
         )
+        return run
 
 
 def _ended_before_start(run: RunDir, state: str, err: LauncherError) -> None:
@@ -351,10 +353,11 @@ def _attempt_loop(  # noqa: PLR0911, PLR0915 - one return per way a run ends; th
     resume: ResumeFrom | None,
     recover: bool,
     spares: list[str],
-) -> ExitCode:
+) -> None:
     """Run attempts until one succeeds, is stopped, or fails in a way the recovery policy does not retry
-    (``recover`` False: the first failure ends the run, as it is judged). ``spares``: the hosts of
-    ``recovery.spares`` (none: a failed node is not excluded, the next attempt runs on the same nodes)."""
+    (``recover`` False: the first failure ends the run, as it is judged); the record's status says which.
+    ``spares``: the hosts of ``recovery.spares`` (none: a failed node is not excluded, the next attempt runs
+    on the same nodes)."""
     from launcher.recovery import Failure, decide  # noqa: PLC0415
 
     earlier: list[Failure] = []
@@ -364,14 +367,14 @@ def _attempt_loop(  # noqa: PLR0911, PLR0915 - one return per way a run ends; th
         attempts.planned(run, plan)
         outcome = _ship_and_follow(run, runner, plan, interrupted=interrupted, detach=detach, out=out)
         if not isinstance(outcome, tuple):
-            return outcome  # detached: the trainers run on
+            return  # detached: the trainers run on
         verdict, nodes, job = outcome
         if verdict.state not in ("failed", "stalled") or not recover:
             attempts.end(run, verdict.state, verdict.reason)
             finish(job, verdict, nodes, out=out, announce=True)
             if verdict.state == "succeeded":
                 merge_after_run(run, plan, runner, train=yaml.safe_load(plan.files[TRAIN_FILE]), out=out)
-            return OK if verdict.state == "succeeded" else JOB_FAILED
+            return
         failure, nodes = _failure_of(run, job, verdict, nodes, spec=plan.spec, interrupted=interrupted)
         decision = decide(plan.spec.recovery, earlier, failure, replan=plan.training is not None)
         training, decision = _replanned(plan, failure, decision)
@@ -386,7 +389,7 @@ def _attempt_loop(  # noqa: PLR0911, PLR0915 - one return per way a run ends; th
         if not decision.retry:
             final = Verdict(verdict.state, f"{failure.reason}; {decision.why}")
             finish(job, final, nodes, out=out, announce=True)
-            return JOB_FAILED
+            return
         if training is not plan.training and training is not None:
             print(
                 f"re-planned after out of memory: {_replan_words(plan.training, training)}",
@@ -399,15 +402,15 @@ def _attempt_loop(  # noqa: PLR0911, PLR0915 - one return per way a run ends; th
         job.stop()
         job.dump_stacks_on_stop = False
         if _ended_elsewhere(run, out):
-            return JOB_FAILED
+            return
         run.update(nodes={h: _brief(n) for h, n in nodes.items()})
         run.set_status("recovering", decision.why)
         if interrupted.wait(decision.backoff_s):
             verdict = Verdict("stopped", "interrupted (Ctrl-C) while waiting to retry")
             finish(job, verdict, nodes, out=out, stopped=True)
-            return JOB_FAILED
+            return
         if _ended_elsewhere(run, out):
-            return JOB_FAILED
+            return
         earlier.append(failure)
         number += 1
         print(f"attempt {number}: preflight ...", file=out, flush=True)
@@ -434,7 +437,7 @@ def _attempt_loop(  # noqa: PLR0911, PLR0915 - one return per way a run ends; th
                 stopped=True,
                 announce=True,
             )
-            return JOB_FAILED
+            return
 
 
 def _exclusion(
@@ -536,7 +539,7 @@ def _settled(
 
 def _ended_elsewhere(run: RunDir, out: IO[str]) -> bool:
     """Return True (and say so) when ``launcher stop`` ended the run while it was between attempts."""
-    status = run.load().get("status")
+    status = run.record().status
     if status not in FINAL_STATES:
         return False
     print(f"run {run.run_id}: {status} while waiting to retry; no next attempt", file=out)
@@ -690,7 +693,7 @@ def _ship_and_follow(
     )
     run.set_status("starting")
     t_start = time.monotonic()
-    backend = backend_of(run.load())
+    backend = backend_of(run.record())
     try:
         launch = backend.start(runner, run, plan, launch_vars(run, plan))
     except LauncherError as err:  # the scheduler refused the request before anything was submitted
