@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,8 +28,10 @@ from launcher.engine import attempts
 from launcher.engine.finish import finish
 from launcher.engine.plan import (
     TRAIN_FILE,
+    ResumeFrom,
     RunPlan,
     build_plan,
+    last_common_checkpoint,
     require_liger,
     validate_plan,
     with_tokenized_path,
@@ -36,15 +39,32 @@ from launcher.engine.plan import (
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
 from launcher.exit_codes import OK, ExitCode
+from launcher.fabric.runtime import TransportWatch
+from launcher.follow import follow
 from launcher.inventory import check_hosts, spare_hosts
 from launcher.job import Job
 from launcher.jobspec import mask_env
 from launcher.merge import merge_after_run
 from launcher.nodeenv import masked
+from launcher.planning.training import out_of_memory_line, replan_after_oom
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
+from launcher.recovery import (
+    NEVER_RETRIED,
+    Decision,
+    Failure,
+    classify,
+    decide,
+    excluded_after,
+    fewer_nodes_line,
+    replace_host,
+    spare_candidates,
+    stall_failure,
+)
 from launcher.runs import FINAL_STATES, RunDir, new_run_id
 from launcher.staging import YAML_KEYS, stage, stage_items, write_manifests
 from launcher.tokenize_once import tokenize_for_run
+from launcher.validation import backends as validation_backends
+from launcher.validation.files import validate_loaded
 from launcher.validation.job import load_job
 from launcher.verdict import Verdict
 from launcher.watchdog import ProgressWatch, Schedule
@@ -52,12 +72,10 @@ from launcher.watchdog import ProgressWatch, Schedule
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from launcher.engine.plan import ResumeFrom
     from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
     from launcher.preflight import NodeFacts, NodePath
     from launcher.problems import FileReport
-    from launcher.recovery import Decision, Failure
     from launcher.runner import PlaybookRunner
     from launcher.validation.job import LoadedJob
 
@@ -88,10 +106,8 @@ def _refuse(report: FileReport) -> None:
 def validate(job: LoadedJob) -> None:
     """Validate the loaded job; the shipped key lists answer first when they speak for the installed
     classes."""
-    from launcher.validation import backends  # noqa: PLC0415
-    from launcher.validation.files import validate_loaded  # noqa: PLC0415
 
-    if not backends.builtin_forced() and backends.shipped_lists_match_installed():
+    if not validation_backends.builtin_forced() and validation_backends.shipped_lists_match_installed():
         _refuse(validate_loaded(job, builtin=True))
     _refuse(validate_loaded(job))
 
@@ -248,8 +264,6 @@ def _next_plan(  # noqa: PLR0917 - the attempt loop's state
     after out of memory: the same global batch either way), the same output_dir, resuming from the last
     checkpoint complete on every node (none: from step 0, said). ``spare``: (excluded node, spare): the spare
     runs in the excluded node's rank slots, after its preflight with the others."""
-    from launcher.engine.plan import ResumeFrom, last_common_checkpoint  # noqa: PLC0415
-    from launcher.recovery import replace_host  # noqa: PLC0415
 
     job = previous.job
     if spare is not None:
@@ -315,7 +329,6 @@ def _with_spare(  # noqa: PLR0917 - the attempt loop's state
     """Plan the next attempt with a spare in the place of ``gone`` (excluded): the first spare, in inventory
     order, that passes preflight with the other nodes; a spare that does not is excluded too. None passes:
     JobFailedError with the line that says why the run does not go on with fewer nodes."""
-    from launcher.recovery import fewer_nodes_line, spare_candidates  # noqa: PLC0415
 
     tried: dict[str, str] = {}
     for spare in spare_candidates(spares, previous.hosts, list(excluded)):
@@ -342,7 +355,7 @@ def _with_spare(  # noqa: PLR0917 - the attempt loop's state
     raise JobFailedError(fewer_nodes_line(gone, previous.hosts, previous.facts.nproc_per_node, tried))
 
 
-def _attempt_loop(  # noqa: PLR0911, PLR0915 - one return per way a run ends; the loop reads in one place
+def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends; the loop reads in one place
     run: RunDir,
     runner: PlaybookRunner,
     plan: RunPlan,
@@ -358,7 +371,6 @@ def _attempt_loop(  # noqa: PLR0911, PLR0915 - one return per way a run ends; th
     (``recover`` False: the first failure ends the run, as it is judged); the record's status says which.
     ``spares``: the hosts of ``recovery.spares`` (none: a failed node is not excluded, the next attempt runs
     on the same nodes)."""
-    from launcher.recovery import Failure, decide  # noqa: PLC0415
 
     earlier: list[Failure] = []
     excluded: dict[str, str] = {}  # host -> why, for the rest of the run (recovery.spares)
@@ -453,7 +465,6 @@ def _exclusion(
     """Return the node ``failure`` excludes for the rest of the run (added to ``excluded`` and the record;
     None: no spares, none excluded, or not retried anyway) and the decision with its fate: a spare is tried
     next, or, none left, the run ends with the line that says why it does not go on with fewer nodes."""
-    from launcher.recovery import Decision, excluded_after, fewer_nodes_line, spare_candidates  # noqa: PLC0415
 
     gone = excluded_after(failure, earlier) if decision.retry and spares else None
     if gone is None:
@@ -472,8 +483,6 @@ def _replanned(plan: RunPlan, failure: Failure, decision: Decision) -> tuple[Tra
     retried: its own plan, the decision as it is. After out of memory: the next plan that fits with a larger
     margin (:func:`launcher.planning.training.replan_after_oom`), else no plan and a decision that ends the
     run with the memory numbers in one line."""
-    from launcher.planning.training import out_of_memory_line, replan_after_oom  # noqa: PLC0415
-    from launcher.recovery import Decision  # noqa: PLC0415
 
     if not decision.retry or failure.kind != "oom":
         return plan.training, decision
@@ -502,7 +511,6 @@ def _failure_of(
     interrupted: threading.Event,
 ) -> tuple[Failure, dict[str, dict[str, Any]]]:
     """Return what failed in a ``failed`` or ``stalled`` attempt, and the node states it was judged from."""
-    from launcher.recovery import NEVER_RETRIED, classify, stall_failure  # noqa: PLC0415
 
     if verdict.state == "stalled":  # the watchdog's verdict; the record's `stall` names the lagging nodes
         stall = run.load().get("stall") or {}
@@ -586,7 +594,6 @@ def stage_for_run(
 
 def stage_only(job_path: Path, *, inventory: Path | None, out: IO[str]) -> ExitCode:
     """``launcher stage``: load and check the job, then stage its folders on every node; no run is made."""
-    import tempfile  # noqa: PLC0415
 
     inv = inventory.resolve() if inventory else None
     if inv is not None and not inv.exists():
@@ -727,8 +734,6 @@ def _ship_and_follow(
             file=out,
         )
         return OK
-    from launcher.fabric.runtime import TransportWatch  # noqa: PLC0415
-    from launcher.follow import follow  # noqa: PLC0415 - only when following
 
     watch = _progress_watch(plan, job.hosts, out)
     verdict, nodes = follow(
