@@ -106,7 +106,6 @@ def _refuse(report: FileReport) -> None:
 def validate(job: LoadedJob) -> None:
     """Validate the loaded job; the shipped key lists answer first when they speak for the installed
     classes."""
-
     if not validation_backends.builtin_forced() and validation_backends.shipped_lists_match_installed():
         _refuse(validate_loaded(job, builtin=True))
     _refuse(validate_loaded(job))
@@ -163,8 +162,9 @@ def run_job(
     backend: str | None = None,
     preflight_once: PreflightOnce | None = None,
 ) -> RunDir:
-    """Run a job end to end; return its run directory (:func:`exit_code_of` says how it ended; bad input
-    raises ConfigurationError before or after the run directory is made).
+    """Run a job end to end; return its run directory (its record's status says how it ended,
+    :func:`launcher.runs.exit_code_of` the exit code); bad input raises (2), as does a run rejected or failed
+    before its trainers started (its record says so too).
 
     ``preflight_once``: facts one preflight learnt about exactly this job's hosts, reused instead of running
     preflight again (the probe's candidates, one after the other on the same node); kept there when empty.
@@ -264,7 +264,6 @@ def _next_plan(  # noqa: PLR0917 - the attempt loop's state
     after out of memory: the same global batch either way), the same output_dir, resuming from the last
     checkpoint complete on every node (none: from step 0, said). ``spare``: (excluded node, spare): the spare
     runs in the excluded node's rank slots, after its preflight with the others."""
-
     job = previous.job
     if spare is not None:
         hosts = replace_host(previous.hosts, *spare)
@@ -329,7 +328,6 @@ def _with_spare(  # noqa: PLR0917 - the attempt loop's state
     """Plan the next attempt with a spare in the place of ``gone`` (excluded): the first spare, in inventory
     order, that passes preflight with the other nodes; a spare that does not is excluded too. None passes:
     JobFailedError with the line that says why the run does not go on with fewer nodes."""
-
     tried: dict[str, str] = {}
     for spare in spare_candidates(spares, previous.hosts, list(excluded)):
         print(f"spare {spare}: preflight in {gone}'s place ...", file=out, flush=True)
@@ -371,7 +369,6 @@ def _attempt_loop(  # noqa: PLR0911 - one return per way a run ends; the loop re
     (``recover`` False: the first failure ends the run, as it is judged); the record's status says which.
     ``spares``: the hosts of ``recovery.spares`` (none: a failed node is not excluded, the next attempt runs
     on the same nodes)."""
-
     earlier: list[Failure] = []
     excluded: dict[str, str] = {}  # host -> why, for the rest of the run (recovery.spares)
     number = 1
@@ -465,7 +462,6 @@ def _exclusion(
     """Return the node ``failure`` excludes for the rest of the run (added to ``excluded`` and the record;
     None: no spares, none excluded, or not retried anyway) and the decision with its fate: a spare is tried
     next, or, none left, the run ends with the line that says why it does not go on with fewer nodes."""
-
     gone = excluded_after(failure, earlier) if decision.retry and spares else None
     if gone is None:
         return None, decision
@@ -483,7 +479,6 @@ def _replanned(plan: RunPlan, failure: Failure, decision: Decision) -> tuple[Tra
     retried: its own plan, the decision as it is. After out of memory: the next plan that fits with a larger
     margin (:func:`launcher.planning.training.replan_after_oom`), else no plan and a decision that ends the
     run with the memory numbers in one line."""
-
     if not decision.retry or failure.kind != "oom":
         return plan.training, decision
     ran = plan.training
@@ -511,7 +506,6 @@ def _failure_of(
     interrupted: threading.Event,
 ) -> tuple[Failure, dict[str, dict[str, Any]]]:
     """Return what failed in a ``failed`` or ``stalled`` attempt, and the node states it was judged from."""
-
     if verdict.state == "stalled":  # the watchdog's verdict; the record's `stall` names the lagging nodes
         stall = run.load().get("stall") or {}
         return stall_failure(verdict.reason, [str(h) for h in stall.get("lagging") or []]), nodes
@@ -594,7 +588,6 @@ def stage_for_run(
 
 def stage_only(job_path: Path, *, inventory: Path | None, out: IO[str]) -> ExitCode:
     """``launcher stage``: load and check the job, then stage its folders on every node; no run is made."""
-
     inv = inventory.resolve() if inventory else None
     if inv is not None and not inv.exists():
         raise ConfigurationError.at(inventory or inv, "(file)", "inventory not found", "file")
