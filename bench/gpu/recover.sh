@@ -13,6 +13,9 @@ mkdir -p "$W"
 echo "[$(($(date +%s) - t0)) s] assets made"
 python3 bench/gpu/recover.py "$W/assets" "$W/work" --shape "${RECOVER_SHAPE:-8b}" "$@" 2>&1 | tee "$OUT/recover.log"
 rc=${PIPESTATUS[0]}
-for f in "$W"/work/*/launcher.log; do cp "$f" "$OUT/$(basename "$(dirname "$f")")-launcher.log"; done
+# at most 8 files come back: env, pip, assets, recover and each run's launcher.log and node trainer.log
+for f in "$W"/work/*/launcher.log "$W"/work/*/trainer.log; do
+  [[ -f $f ]] && cp "$f" "$OUT/$(basename "$(dirname "$f")")-$(basename "$f")"
+done
 echo "[$(($(date +%s) - t0)) s] rc $rc"
 exit "$rc"
