@@ -298,7 +298,9 @@ class JobSpec(_Strict):
     # one checkpoint there, and a node that replaces a lost one reads them (docs/launcher.md "Spares")
     output_shared: bool = False
     resume: bool | str = False
-    poll_interval_s: Annotated[float, Field(ge=0.5, le=60)] = 2.0
+    # one poll (poll.yml, one ansible-playbook run) costs the controller about 0.9 CPU-s for 2 nodes
+    # (bench/poll_cost.py): every 5 s is a fifth of a core for as long as the run lasts; every 2 s was half
+    poll_interval_s: Annotated[float, Field(ge=0.5, le=60)] = 5.0
     timeouts: Timeouts = Field(default_factory=Timeouts)
     telemetry: Telemetry = Field(default_factory=Telemetry)
     # None: the inventory's mift_node_venv, else /opt/mift/venv

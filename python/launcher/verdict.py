@@ -21,6 +21,8 @@ class Verdict:
 
     state: str  # running | succeeded | failed | stopped
     reason: str = ""
+    # succeeded, but a node's trainer has not ended: the run ends with the same stop as a failure (finish)
+    stop_lingering: bool = False
 
 
 @dataclass
@@ -32,6 +34,7 @@ class Judge:
     first_abort_seen: dict[str, float] = field(default_factory=dict)
     missed_polls: dict[str, int] = field(default_factory=dict)
     first_missed: dict[str, float] = field(default_factory=dict)
+    lingering_since: float | None = None
 
     def __call__(  # noqa: PLR0911, PLR0912 - one return per way a job ends
         self, nodes: dict[str, dict[str, Any]], now: float | None = None
@@ -77,7 +80,30 @@ class Judge:
             return Verdict(
                 "failed", f"{self.hosts[0]}: trainers exited but output_dir lacks {', '.join(missing)}"
             )
-        return Verdict("running")
+        return self._lingering_master(master, master_done, settled, now)
+
+    def _lingering_master(
+        self, master: dict[str, Any], master_done: bool, settled: list[str], now: float
+    ) -> Verdict:
+        """Training is over (the first node's outputs are complete, every other node ended) but the first
+        node's trainer still runs: torchrun waits up to 300 s at exit for the other nodes' torchrun (its exit
+        barrier), which a node whose rank aborted at exit never joins. After ``teardown_grace_s`` the run has
+        succeeded and that trainer is stopped (``stop_lingering``) instead of idling for minutes."""
+        others_ended = len(settled) == len(self.hosts) - 1 and self.hosts[0] not in settled
+        if not (master_done and others_ended and master.get("state") == "running"):
+            self.lingering_since = None
+            return Verdict("running")
+        if self.lingering_since is None:
+            self.lingering_since = now
+        waited = now - self.lingering_since
+        if waited < self.teardown_grace_s:
+            return Verdict("running")
+        return Verdict(
+            "succeeded",
+            f"{self.hosts[0]}: training finished and every other node ended, but its trainer was still "
+            f"running {waited:.0f} s later (torchrun's exit barrier); stopped",
+            stop_lingering=True,
+        )
 
 
 def settled_notes(nodes: dict[str, dict[str, Any]]) -> list[str]:

@@ -98,3 +98,32 @@ def test_the_table_names_each_nodes_global_ranks() -> None:
     assert render_table(["h1", "h2"], {"h2": running}, 2)[2].split()[2] == "2-3"  # all there: the span
     one = {"watch": {"ranks": [{"rank": "3", "state": "S"}]}}
     assert render_table(["h1", "h2"], {"h2": one}, 2)[2].split()[2] == "3"  # one gone: those seen
+
+
+def test_a_master_left_in_torchruns_exit_barrier_succeeds_after_the_grace_and_is_stopped() -> None:
+    """h2's rank aborted at exit, so h2's torchrun never joins the exit barrier that h1's torchrun waits in
+    (300 s): once h1's outputs are complete and h2 ended, h1 gets teardown_grace_s, then the run succeeds and
+    h1's trainer is stopped."""
+    abort = {"state": "failed", "rc": 1, "teardown_abort": True}
+    saved_running = {"state": "running", "outputs_complete": True}
+    j = judge()
+    assert j({"h1": saved_running, "h2": abort}, now=0.0).state == "running"
+    assert j({"h1": saved_running, "h2": abort}, now=9.0).state == "running"
+    verdict = j({"h1": saved_running, "h2": abort}, now=10.0)
+    assert verdict.state == "succeeded" and verdict.stop_lingering
+    assert verdict.reason.startswith("h1: training finished and every other node ended, but its trainer was")
+
+
+def test_a_master_still_running_is_not_cut_short_while_another_node_runs_or_before_its_outputs() -> None:
+    saved_running = {"state": "running", "outputs_complete": True}
+    j = judge()
+    for now in (0.0, 30.0, 600.0):  # h2 still trains (evaluation, say): nothing is judged
+        assert j({"h1": saved_running, "h2": RUN}, now=now).state == "running"
+    j = judge()
+    for now in (0.0, 30.0, 600.0):  # h1 has not saved yet: it is training, not lingering
+        assert j({"h1": RUN, "h2": DONE}, now=now).state == "running"
+    j = judge()  # the grace counts from when the master is first seen lingering, not from the first poll
+    assert j({"h1": RUN, "h2": DONE}, now=0.0).state == "running"
+    assert j({"h1": saved_running, "h2": DONE}, now=50.0).state == "running"
+    assert j({"h1": saved_running, "h2": DONE}, now=60.0).stop_lingering
+    assert not judge()({"h1": DONE, "h2": DONE}).stop_lingering

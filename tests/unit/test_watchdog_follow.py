@@ -109,6 +109,16 @@ def test_finish_of_a_failed_run_stops_without_dumps(run: RunDir) -> None:
     assert job.stops == [False]
 
 
+def test_finish_stops_a_trainer_left_running_after_success_and_only_then(run: RunDir) -> None:
+    lingering = JobTEST_DOUBLE(run, [{}])
+    finish(lingering, Verdict("succeeded", "host1: ... still running 10 s later", stop_lingering=True))  # type: ignore[arg-type]
+    assert lingering.stops == [False]
+    assert lingering.finalized == [("succeeded", "host1: ... still running 10 s later")]
+    done = JobTEST_DOUBLE(run, [{}])
+    finish(done, Verdict("succeeded"))  # type: ignore[arg-type]
+    assert done.stops == []
+
+
 def test_the_summary_of_a_stalled_run_names_window_lagging_node_and_stack_files(run: RunDir) -> None:
     (run.nodes_dir / "host2").mkdir(parents=True)
     (run.nodes_dir / "host2" / "stack-rank1-43.txt").write_text("pid 43 state T\n")

@@ -25,7 +25,8 @@ def finish(
     stopped: bool = False,
     announce: bool = False,
 ) -> Summary:
-    """End the run with ``verdict``: stop every node unless it succeeded or ``stopped``, then finalize.
+    """End the run with ``verdict``: stop every node unless it succeeded (with every trainer ended: see
+    ``Verdict.stop_lingering``) or ``stopped``, then finalize.
 
     Args:
         job: the run's nodes.
@@ -35,7 +36,7 @@ def finish(
         stopped: the caller already stopped every node (``stop``).
         announce: print ``STATE: reason; stopping every node ...`` before stopping (``run``).
     """
-    if verdict.state != "succeeded" and not stopped:
+    if (verdict.state != "succeeded" or verdict.stop_lingering) and not stopped:
         if announce and out is not None:
             print(f"{verdict.state}: {verdict.reason}; stopping every node ...", file=out, flush=True)
         job.run.set_status("stopping", verdict.reason)
