@@ -28,6 +28,15 @@ if TYPE_CHECKING:
 RANKS_PER_HOST = 2
 
 
+# A trainer paced like a real one: every training step sleeps PACE_S first (a TEST DOUBLE of a slow step,
+# tests/faults/inject/sitecustomize.py, first on the trainer's PYTHONPATH). The tiny model on CPU otherwise
+# spins every core it is given, so a run that only has to keep running until the test acts on it (kills,
+# cuts, stops it) would take the 2 cores from everything else CI runs beside it. Cluster.job(paced=True).
+PACE_S = 1.0
+INJECT = REPO_ROOT / "tests" / "faults" / "inject" / "sitecustomize.py"
+INJECT_DIR = "/opt/mift-faults/inject"
+
+
 @dataclass(frozen=True)
 class JobBase:
     """The job spec, training YAML and DeepSpeed JSON a test job is one edit away from (``nproc_per_node``:
@@ -73,12 +82,14 @@ class Cluster:
         deepspeed: str | None = None,
         max_steps: int | None = None,
         save_steps: int | None = None,
+        paced: bool = False,
         **spec: Any,  # noqa: ANN401 - job spec keys and their YAML values
     ) -> Path:
         """Write a job spec named ``name`` and its training YAML under the work dir; return the spec's path.
 
         ``max_steps`` (with it, ``save_steps`` defaults to 10000: no checkpoint) and ``save_steps`` go into
-        the training YAML, after the base's ``train_overrides``; ``spec`` goes into the job spec.
+        the training YAML, after the base's ``train_overrides``; ``spec`` goes into the job spec. ``paced``:
+        every training step sleeps ``PACE_S`` first (the slow-step test double installed on every host).
         """
         cfg = yaml.safe_load(self.base.train.read_text())
         cfg.update(self.base.train_overrides)
@@ -94,6 +105,11 @@ class Cluster:
         train = configs / "train" / f"{name}.yaml"
         train.write_text(yaml.safe_dump(cfg, sort_keys=False))
         job = yaml.safe_load(self.base.job.read_text())
+        if paced:
+            self.install_injection()
+            env = {**(job.get("env") or {}), **(spec.get("env") or {})}
+            env.setdefault("MIFT_FAULTS_SLOW_STEPS", f"1-{10**9}:{PACE_S:g}")
+            spec["env"] = {**env, "PYTHONPATH": INJECT_DIR}
         if self.base.nproc_per_node is not None:
             job["nproc_per_node"] = self.base.nproc_per_node
         job.update(
@@ -105,6 +121,13 @@ class Cluster:
         path = self.work / f"{name}.yaml"
         path.write_text(yaml.safe_dump(job, sort_keys=False))
         return path
+
+    def install_injection(self) -> None:
+        """Put the trainer test double (``INJECT``) into ``INJECT_DIR`` on every host (again: a host may be
+        new)."""
+        text = shlex.quote(INJECT.read_text())
+        for host in self.hosts:
+            self.ssh(host, f"mkdir -p {INJECT_DIR} && printf %s {text} > {INJECT_DIR}/sitecustomize.py")
 
     def run_dirs(self) -> set[str]:
         return {p.name for p in self.runs.iterdir()} if self.runs.is_dir() else set()

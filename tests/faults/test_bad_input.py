@@ -245,6 +245,7 @@ def test_env_value_with_shell_metacharacters_arrives_as_data(
     job = cluster.job(
         "faults-evil-env",
         max_steps=400,
+        paced=True,
         env={"OMP_NUM_THREADS": 1, "DS_ACCELERATOR": "cpu", "MIFT_FAULTS_EVIL": evil},
     )
     out = cluster.run("run", str(job), "-i", str(cluster.inventory), "--detach", timeout=900)

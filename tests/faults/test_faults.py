@@ -63,7 +63,7 @@ def test_trainer_sigkill(cluster: Cluster, fault_record: dict[str, Any]) -> None
         expected="run exits 1, status failed naming host2; no trainer on any host within 30 s; logs kept",
     )
     name = "faults-kill"
-    job = cluster.job(name, max_steps=LONG_STEPS, recovery=NO_RECOVERY)
+    job = cluster.job(name, max_steps=LONG_STEPS, paced=True, recovery=NO_RECOVERY)
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     pid = _worker_pid(cluster, 2, run_id)
@@ -94,7 +94,7 @@ def test_launcher_sigkill_then_status_and_stop(cluster: Cluster, fault_record: d
     )
     name = "faults-lkill"
     proc, _log = cluster.start(
-        "run", str(cluster.job(name, max_steps=LONG_STEPS)), "-i", str(cluster.inventory)
+        "run", str(cluster.job(name, max_steps=LONG_STEPS, paced=True)), "-i", str(cluster.inventory)
     )
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     proc.send_signal(signal.SIGKILL)
@@ -151,7 +151,7 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
         "for validate)" + ("; logs kept" if phase == "follow" else ""),
     )
     name = f"faults-int-{phase}"
-    job = cluster.job(name, max_steps=LONG_STEPS)
+    job = cluster.job(name, max_steps=LONG_STEPS, paced=True)
     # validate with the real DeepSpeed/LLaMA-Factory classes: importing them takes long enough to interrupt it
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory), real_backend=phase == "validate")
     run_id = ""
@@ -244,7 +244,7 @@ def test_network_cut(cluster: Cluster, fault_record: dict[str, Any]) -> None:
     )
     name = "faults-netcut"
     ns = f"mift{cluster.rig.rig_id}h2"
-    job = cluster.job(name, max_steps=LONG_STEPS, recovery=NO_RECOVERY)
+    job = cluster.job(name, max_steps=LONG_STEPS, paced=True, recovery=NO_RECOVERY)
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     t0, cut_at = time.monotonic(), time.time()

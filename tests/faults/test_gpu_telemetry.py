@@ -62,7 +62,7 @@ def test_gpu_ecc_rising(cluster: Cluster, fault_record: dict[str, Any]) -> None:
     name = "faults-gpu-ecc"
     # recovery off: this case shows the stop that ends the run (recovery, on by default, retries a GPU error)
     job = cluster.job(
-        name, max_steps=LONG_STEPS, telemetry={"period_s": PERIOD_S}, recovery={"max_restarts": 0}
+        name, max_steps=LONG_STEPS, paced=True, telemetry={"period_s": PERIOD_S}, recovery={"max_restarts": 0}
     )
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)

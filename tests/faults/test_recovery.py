@@ -213,7 +213,7 @@ def test_retry_budget_used_up(cluster: Cluster, fault_record: dict[str, Any]) ->
     )
     name = "faults-rec-budget"
     policy = {**FAST, "max_restarts": 1, "same_failure_limit": 5}
-    job = cluster.job(name, max_steps=STEPS, recovery=policy)
+    job = cluster.job(name, max_steps=STEPS, recovery=policy, paced=True)
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = _run_id(cluster, name, proc)
     _kill_at_step(cluster, run_id, 1, proc)

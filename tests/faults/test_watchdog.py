@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from launcher.jobspec import JobSpec
 from mift_testsupport.cluster import RANKS_PER_HOST, Cluster
 from mift_testsupport.launcher import finish
 
@@ -34,9 +35,9 @@ INJECT = Path(__file__).resolve().parent / "inject" / "sitecustomize.py"
 # trainer's start-up on the shared 2 cores), 60 s for a save
 WATCHDOG = {"k": 5, "floor_s": 20, "first_step_s": 300, "save_s": 60, "eval_s": 60}
 SLOW_S = 45  # the injected slowness: more than the 20 s step window, less than first_step_s and save_s
-# the stall is seen at the first poll after the window ran out: a poll period (2 s) and a poll's own time
-# (ansible-playbook on the loaded 2 cores: up to ~10 s) after it
-POLL_SLACK_S = 15.0
+# the stall is seen at the first poll after the window ran out: a poll period (the job spec's default) and a
+# poll's own time (ansible-playbook on the loaded 2 cores: up to ~10 s) after it
+POLL_SLACK_S = JobSpec.model_fields["poll_interval_s"].default + 10.0
 ENV = {"OMP_NUM_THREADS": 1, "DS_ACCELERATOR": "cpu"}
 
 
@@ -114,7 +115,9 @@ def test_sigstop_of_a_trainer_ends_the_run_stalled(cluster: Cluster, fault_recor
     )
     name = "faults-stall"
     # recovery off: this case shows the stop that ends a stalled run (recovery, on by default, retries it)
-    job = cluster.job(name, max_steps=LONG_STEPS, env=ENV, watchdog=WATCHDOG, recovery={"max_restarts": 0})
+    job = cluster.job(
+        name, max_steps=LONG_STEPS, paced=True, env=ENV, watchdog=WATCHDOG, recovery={"max_restarts": 0}
+    )
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of(name), proc)
     at = _wait_host_step(cluster, 2, run_id, 3)

@@ -176,7 +176,7 @@ def test_run_stages_model_and_dataset_and_records_their_manifests(
 
 def test_killed_trainer_fails_and_stops_everywhere(cluster: Cluster) -> None:
     # recovery off: this case shows the stop everywhere that ends a run (recovery retries a killed trainer)
-    job = cluster.job("e2e-kill", max_steps=2000, recovery={"max_restarts": 0})
+    job = cluster.job("e2e-kill", max_steps=2000, paced=True, recovery={"max_restarts": 0})
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     run_id = cluster.wait_step(cluster.run_id_of("e2e-kill"), proc)
     pid = json.loads(cluster.rig.ssh(2, f"cat /var/lib/mift/runs/{run_id}/state.json").stdout)["pid"]
@@ -194,7 +194,7 @@ def test_killed_trainer_fails_and_stops_everywhere(cluster: Cluster) -> None:
 
 def test_ctrl_c_while_following_stops_everywhere(cluster: Cluster) -> None:
     proc, log = cluster.start(
-        "run", str(cluster.job("e2e-sigint", max_steps=2000)), "-i", str(cluster.inventory)
+        "run", str(cluster.job("e2e-sigint", max_steps=2000, paced=True)), "-i", str(cluster.inventory)
     )
     cluster.wait_step(cluster.run_id_of("e2e-sigint"), proc)
     proc.send_signal(signal.SIGINT)
@@ -208,7 +208,11 @@ def test_ctrl_c_while_following_stops_everywhere(cluster: Cluster) -> None:
 
 def test_stop_on_detached_run(cluster: Cluster) -> None:
     out = cluster.run(
-        "run", str(cluster.job("e2e-detach", max_steps=2000)), "-i", str(cluster.inventory), "--detach"
+        "run",
+        str(cluster.job("e2e-detach", max_steps=2000, paced=True)),
+        "-i",
+        str(cluster.inventory),
+        "--detach",
     )
     assert out.returncode == 0, out.stdout + out.stderr
     run_id = _wait_first_step_via_status(cluster, "e2e-detach")

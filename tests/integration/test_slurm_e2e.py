@@ -114,7 +114,7 @@ def test_a_request_larger_than_the_partition_is_refused_before_submitting(cluste
 def test_a_pending_job_shows_its_queue_reason_then_stop_cancels_it(cluster: Cluster) -> None:
     blocker = cluster.ssh(HEAD, "sbatch --parsable --nodes=2 --exclusive --wrap 'sleep 600'").strip()
     try:
-        job = cluster.job("slurm-queued", hosts="slurm_nodes", max_steps=2000)
+        job = cluster.job("slurm-queued", hosts="slurm_nodes", max_steps=2000, paced=True)
         out = cluster.run("run", str(job), "-i", str(cluster.inventory), "--detach")
         assert out.returncode == 0, out.stdout + out.stderr
         run_id = cluster.record("slurm-queued")["run_id"]
@@ -132,7 +132,7 @@ def test_a_pending_job_shows_its_queue_reason_then_stop_cancels_it(cluster: Clus
 def test_killing_one_nodes_trainer_fails_the_whole_job(cluster: Cluster) -> None:
     proc, log = cluster.start(
         "run",
-        str(cluster.job("slurm-kill", hosts="slurm_nodes", max_steps=2000)),
+        str(cluster.job("slurm-kill", hosts="slurm_nodes", max_steps=2000, paced=True)),
         "-i",
         str(cluster.inventory),
     )
@@ -150,6 +150,7 @@ def test_a_job_slurm_stops_at_its_time_limit_fails_with_slurms_reason(cluster: C
         "slurm-time",
         hosts="slurm_nodes",
         max_steps=100000,
+        paced=True,
         slurm={"time_limit": "1"},
         recovery={"max_restarts": 0},  # never requeued: the time limit ends it (requeued: the case below)
     )
@@ -167,7 +168,7 @@ def test_a_job_slurm_stops_at_its_time_limit_fails_with_slurms_reason(cluster: C
 def test_stop_cancels_a_running_job_and_leaves_nothing(cluster: Cluster) -> None:
     out = cluster.run(
         "run",
-        str(cluster.job("slurm-stop", hosts="slurm_nodes", max_steps=2000)),
+        str(cluster.job("slurm-stop", hosts="slurm_nodes", max_steps=2000, paced=True)),
         "-i",
         str(cluster.inventory),
         "--detach",

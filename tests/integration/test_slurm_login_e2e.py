@@ -184,7 +184,10 @@ def test_a_node_failing_its_check_in_the_allocation_fails_the_job_with_its_reaso
 
 def test_killing_one_nodes_trainer_fails_the_whole_job(cluster: LoginCluster) -> None:
     proc, log = cluster.start(
-        "run", str(login_job(cluster, "login-kill", max_steps=2000)), "-i", str(cluster.login_inventory)
+        "run",
+        str(login_job(cluster, "login-kill", max_steps=2000, paced=True)),
+        "-i",
+        str(cluster.login_inventory),
     )
     run_id = wait_rank0_step(cluster, "login-kill", proc)
     state = json.loads((SHARED / run_id / "rank1" / "state.json").read_text())
@@ -199,7 +202,7 @@ def test_killing_one_nodes_trainer_fails_the_whole_job(cluster: LoginCluster) ->
 def test_stop_cancels_a_running_job_and_leaves_nothing(cluster: LoginCluster) -> None:
     out = cluster.run(
         "run",
-        str(login_job(cluster, "login-stop", max_steps=2000)),
+        str(login_job(cluster, "login-stop", max_steps=2000, paced=True)),
         "-i",
         str(cluster.login_inventory),
         "--detach",
