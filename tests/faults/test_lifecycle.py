@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,23 @@ RESUME_OUT = "/var/lib/mift/output/faults-resume"
 RESUME_STEPS = 40
 
 
-def _steps(cluster: Cluster, host: int) -> list[int]:
-    text = cluster.ssh(host, f"cat {RESUME_OUT}/trainer_log.jsonl 2>/dev/null; true")
+# the job-spec route resumes a copy of the stopped run's output_dir (the same files, another folder): one
+# stopped run serves both routes
+RESUME_COPY = f"{RESUME_OUT}-copy"
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """The run both resume cases continue: stopped (Ctrl-C) after checkpoint-4, its output_dir copied."""
+
+    run_id: str
+    last: int  # the last checkpoint complete on every node
+    stopped_at: int  # the last step it logged
+    logged: int  # the lines of its trainer_log.jsonl
+
+
+def _steps(cluster: Cluster, host: int, output_dir: str = RESUME_OUT) -> list[int]:
+    text = cluster.ssh(host, f"cat {output_dir}/trainer_log.jsonl 2>/dev/null; true")
     steps = []
     for line in text.splitlines():
         try:
@@ -40,13 +56,13 @@ def _steps(cluster: Cluster, host: int) -> list[int]:
     return steps
 
 
-def _stop_after_checkpoint(cluster: Cluster, name: str) -> tuple[str, int, int, int]:
-    """Run a RESUME_STEPS-step job saving every 4 steps into RESUME_OUT; Ctrl-C it once checkpoint-4 exists.
-
-    Returns the run id, the last checkpoint step, the last logged step and the number of logged lines.
-    """
+@pytest.fixture(scope="module")
+def stopped(cluster: Cluster) -> Stopped:
+    """Run a RESUME_STEPS-step job saving every 4 steps into RESUME_OUT; Ctrl-C it once checkpoint-4 exists;
+    copy its output_dir to RESUME_COPY on every node (before either case resumes it)."""
     for host in HOSTS:
-        cluster.ssh(host, f"rm -rf {RESUME_OUT}")
+        cluster.ssh(host, f"rm -rf {RESUME_OUT} {RESUME_COPY}")
+    name = "faults-resume"
     job = cluster.job(name, max_steps=RESUME_STEPS, save_steps=4, output_dir=RESUME_OUT)
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
     deadline = time.monotonic() + 600
@@ -58,8 +74,10 @@ def _stop_after_checkpoint(cluster: Cluster, name: str) -> tuple[str, int, int, 
     proc.wait(timeout=300)
     record = cluster.record(name)
     assert record.get("status") == "stopped", log.read_text()[-3000:]
+    for host in HOSTS:
+        cluster.ssh(host, f"cp -a {RESUME_OUT} {RESUME_COPY}")
     steps = _steps(cluster, 1)
-    return str(record["run_id"]), _last_complete_checkpoint(cluster), max(steps or [0]), len(steps)
+    return Stopped(str(record["run_id"]), _last_complete_checkpoint(cluster), max(steps or [0]), len(steps))
 
 
 def _last_complete_checkpoint(cluster: Cluster) -> int:
@@ -74,7 +92,7 @@ def _last_complete_checkpoint(cluster: Cluster) -> int:
     return max(set.intersection(*complete), default=0)
 
 
-def test_resume_run_option(cluster: Cluster, fault_record: dict[str, Any]) -> None:
+def test_resume_run_option(cluster: Cluster, stopped: Stopped, fault_record: dict[str, Any]) -> None:
     """`run --resume RUN` continues a stopped run from its last checkpoint and finishes it."""
     fault_record.update(
         case="resume-run-option",
@@ -87,7 +105,7 @@ def test_resume_run_option(cluster: Cluster, fault_record: dict[str, Any]) -> No
     if "--resume" not in helptext:
         fault_record["observed"] = "`python -m launcher run --help` has no --resume option; not tried"
         pytest.fail("`run` has no --resume option")
-    run_id, last, stopped_at, logged = _stop_after_checkpoint(cluster, "faults-resume")
+    run_id, last, stopped_at, logged = stopped.run_id, stopped.last, stopped.stopped_at, stopped.logged
     out = cluster.run("run", "--resume", run_id, "-i", str(cluster.inventory), timeout=900)
     new = _steps(cluster, 1)[logged:]
     fault_record["observed"] = (
@@ -99,23 +117,24 @@ def test_resume_run_option(cluster: Cluster, fault_record: dict[str, Any]) -> No
     assert new and new[0] == last + 1 and new[-1] == RESUME_STEPS, (last, new)
 
 
-def test_resume_via_job_spec(cluster: Cluster, fault_record: dict[str, Any]) -> None:
-    """The job spec route: same absolute output_dir, `resume: true` -> LLaMA-Factory's last checkpoint."""
+def test_resume_via_job_spec(cluster: Cluster, stopped: Stopped, fault_record: dict[str, Any]) -> None:
+    """The job spec route: the stopped run's output_dir (a copy of it), `resume: true` -> LLaMA-Factory's last
+    checkpoint."""
     fault_record.update(
         case="resume-job-spec",
         group="3 resume",
-        input=f"a {RESUME_STEPS}-step job stopped (Ctrl-C) after checkpoint-4, then the same job with "
-        "`resume: true`",
+        input=f"a {RESUME_STEPS}-step job stopped (Ctrl-C) after checkpoint-4 (the run of resume-run-option, "
+        "its output_dir copied first), then the same job on the copy with `resume: true`",
         expected=f"the second run starts at the step after the last checkpoint, reaches {RESUME_STEPS}/"
         f"{RESUME_STEPS}, exit 0",
     )
     name = "faults-resume2"
-    _run_id, last, stopped_at, logged = _stop_after_checkpoint(cluster, name)
+    last, stopped_at, logged = stopped.last, stopped.stopped_at, stopped.logged
     # the second run only has to continue: no checkpoints of its own (the first run's are what it resumes)
-    job2 = cluster.job(f"{name}-b", max_steps=RESUME_STEPS, output_dir=RESUME_OUT, resume=True)
+    job2 = cluster.job(f"{name}-b", max_steps=RESUME_STEPS, output_dir=RESUME_COPY, resume=True)
     out = cluster.run("run", str(job2), "-i", str(cluster.inventory), timeout=900)
     # LLaMA-Factory appends to trainer_log.jsonl when resuming: lines after the first run's are the new ones
-    new = _steps(cluster, 1)[logged:]
+    new = _steps(cluster, 1, RESUME_COPY)[logged:]
     fault_record["observed"] = (
         f"first run stopped at step {stopped_at} with checkpoints up to {last}; "
         f"second run exit {out.returncode}, "
