@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from launcher.data import mift_contract as contract
 from launcher.telemetry import first_gpu_fault
 
 UNREACHABLE_LIMIT = 3  # consecutive polls without an answer before a node counts as vanished
@@ -34,7 +34,7 @@ class Judge:
     first_missed: dict[str, float] = field(default_factory=dict)
 
     def __call__(  # noqa: PLR0911, PLR0912 - one return per way a job ends
-        self, nodes: dict[str, dict[str, Any]], now: float | None = None
+        self, nodes: dict[str, contract.NodeStatus], now: float | None = None
     ) -> Verdict:
         """Return the verdict for this poll's node states (host -> agent status)."""
         now = time.monotonic() if now is None else now
@@ -80,7 +80,7 @@ class Judge:
         return Verdict("running")
 
 
-def settled_notes(nodes: dict[str, dict[str, Any]]) -> list[str]:
+def settled_notes(nodes: dict[str, contract.NodeStatus]) -> list[str]:
     """Return warnings for nodes that ended non-zero although the job succeeded."""
     return [
         f"{h}: rc={n.get('rc')} after training finished (gloo teardown abort at exit, known on CPU)"

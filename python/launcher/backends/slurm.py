@@ -35,6 +35,7 @@ from launcher.backends.slurm_script import (
     requeued_attempts,
     sbatch_script,
 )
+from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.inventory import group_members, inventory_var
 from launcher.nodelayout import layout
@@ -322,7 +323,7 @@ class SlurmBackend:
     STOP_PLAYBOOK = "slurm_stop"
 
     # --- poll --------------------------------------------------------------------------------------------
-    def poll(self, job: RunNodes) -> dict[str, dict[str, Any]]:
+    def poll(self, job: RunNodes) -> dict[str, contract.NodeStatus]:
         """Ask the node agents and slurmctld; a queued job shows its reason as every node's state."""
         result = job.runner.run(
             self.POLL_PLAYBOOK,
@@ -354,11 +355,11 @@ class SlurmBackend:
             nodes = {h: {**n, "state": shown} for h, n in nodes.items()}
         return nodes
 
-    def judge(self, job: RunNodes) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+    def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:
         """Slurm's job state decides; the nodes say which trainer failed first, and whether a completed
         job left its outputs."""
 
-        def verdict(nodes: dict[str, dict[str, Any]]) -> Verdict:
+        def verdict(nodes: dict[str, contract.NodeStatus]) -> Verdict:
             last = self.last
             if last is None or last.state not in ENDED_BADLY | {"COMPLETED", "GONE"}:
                 return Verdict("running")
