@@ -55,8 +55,8 @@ def node_row(host: str, rank: int, node: contract.NodeStatus, nproc: int | None 
     last = node.get("last_log") or {}
     step = f"{last['current_steps']}/{last.get('total_steps', '?')}" if "current_steps" in last else "-"
     state = str(node.get("state", "?"))
-    if state == "failed" and node.get("rc") is not None:
-        state = f"failed({node['rc']})"
+    if state == contract.FAILED and node.get("rc") is not None:
+        state = f"{contract.FAILED}({node['rc']})"
     where = node.get("slurm_node")  # a rank of a login-host-only Slurm run: the node Slurm picked
     return (
         host if where in (None, host) else f"{host} ({where})",
@@ -115,7 +115,7 @@ class LiveView:
 
 def queued(nodes: Mapping[str, Mapping[str, Any]]) -> bool:
     """Return True while the job waits in Slurm's queue (every node shows ``pending(...)``)."""
-    return bool(nodes) and all(str(n.get("state") or "").startswith("pending") for n in nodes.values())
+    return bool(nodes) and all(str(n.get("state") or "").startswith(contract.PENDING) for n in nodes.values())
 
 
 def follow(

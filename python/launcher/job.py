@@ -21,8 +21,6 @@ from launcher.runs import RunDir, RunRecord
 from launcher.telemetry import after_fields, gpu_series
 from launcher.verdict import Judge, settled_notes
 
-RUNNING = ("starting", "running")
-
 
 class Job:
     """One run's nodes, reached through the run's own ansible-runner private data dir."""
@@ -126,7 +124,7 @@ class Job:
 
 def unpack_collected(host_dir: Path) -> None:
     """Unpack a node's ``collect.tar.gz`` (plain file names only) into ``host_dir`` and delete it."""
-    archive = host_dir / "collect.tar.gz"
+    archive = host_dir / contract.COLLECT_ARCHIVE
     if not archive.is_file():
         return
     try:

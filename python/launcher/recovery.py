@@ -45,6 +45,7 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from launcher.data import mift_contract as contract
 from launcher.fabric.runtime import FALLBACK_PHRASE
 
 if TYPE_CHECKING:
@@ -135,11 +136,11 @@ def _node_text(node: Mapping[str, Any]) -> str:
 def _node_kind(node: Mapping[str, Any]) -> str | None:  # noqa: PLR0911 - one return per kind
     """Return the failure kind one node's status shows, or None when it did not fail."""
     state = node.get("state")
-    if state in ("unreachable", "vanished", "absent"):
+    if state in (contract.UNREACHABLE, contract.VANISHED, contract.ABSENT):
         return "node_lost"
     if node.get("gpu_fault"):  # the supervisor stopped the trainer: a GPU broke (launcher.telemetry)
         return "gpu_error"
-    if state != "failed":
+    if state != contract.FAILED:
         return None
     text = _node_text(node)
     if _GPU_RE.search(text):

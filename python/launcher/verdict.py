@@ -44,9 +44,9 @@ class Judge:
             return Verdict("failed", fault)
         settled: list[str] = []
         for host in self.hosts:
-            node = nodes.get(host, {"state": "unreachable"})
+            node = nodes.get(host, {"state": contract.UNREACHABLE})
             state = node.get("state")
-            if state == "unreachable":
+            if state == contract.UNREACHABLE:
                 self.missed_polls[host] = self.missed_polls.get(host, 0) + 1
                 first = self.first_missed.setdefault(host, now)
                 missed = self.missed_polls[host]
@@ -55,11 +55,11 @@ class Judge:
                 continue
             self.missed_polls[host] = 0
             self.first_missed.pop(host, None)
-            if state == "stopped":
+            if state == contract.STOPPED:
                 return Verdict("stopped", f"{host}: stopped")
-            if state in ("vanished", "absent"):
+            if state in (contract.VANISHED, contract.ABSENT):
                 return Verdict("failed", f"{host}: trainer vanished")
-            if state == "failed":
+            if state == contract.FAILED:
                 if master_done and (node.get("teardown_abort") or host == self.hosts[0]):
                     settled.append(host)  # every rank finished training; a rank aborted at interpreter exit
                     continue
@@ -68,7 +68,7 @@ class Judge:
                     if now - first < self.teardown_grace_s:
                         continue
                 return Verdict("failed", f"{host}: trainer exited rc={node.get('rc')}")
-            if state == "finished":
+            if state == contract.FINISHED:
                 settled.append(host)
         if len(settled) == len(self.hosts):
             if master_done:
@@ -85,5 +85,5 @@ def settled_notes(nodes: dict[str, contract.NodeStatus]) -> list[str]:
     return [
         f"{h}: rc={n.get('rc')} after training finished (gloo teardown abort at exit, known on CPU)"
         for h, n in nodes.items()
-        if n.get("state") == "failed"
+        if n.get("state") == contract.FAILED
     ]

@@ -351,7 +351,7 @@ class SlurmBackend:
         record_master(job.run, nodes)
         record_requeues(job.run, self.last, nodes)
         if self.last.state in QUEUED:  # queued first, or again after a requeue
-            shown = f"pending({self.last.reason})" if self.last.reason else "pending"
+            shown = f"{contract.PENDING}({self.last.reason})" if self.last.reason else contract.PENDING
             nodes = {h: {**n, "state": shown} for h, n in nodes.items()}
         return nodes
 
@@ -436,7 +436,7 @@ def first_failure(nodes: Mapping[str, Mapping[str, Any]]) -> str:
     failed = [
         (float(n.get("ended_at") or 0), h, n)
         for h, n in nodes.items()
-        if n.get("state") == "failed" and n.get("rc") not in (0, None)
+        if n.get("state") == contract.FAILED and n.get("rc") not in (0, None)
     ]
     if not failed:
         return ""

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import OK, ExitCode
 
@@ -67,7 +68,7 @@ def rank_lines(text: str, rank: int) -> str:
 
 
 def _log_path(run: RunDir, host: str) -> str:
-    return str(run.nodes_dir / host / "trainer.log")
+    return str(run.nodes_dir / host / contract.TRAINER_LOG)
 
 
 def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> ExitCode:
@@ -88,9 +89,9 @@ def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> 
             states = [
                 ((result.report(h, "collect") or {}).get("status") or {}).get("state") for h in job.hosts
             ]
-            active = any(state in ("running", "starting", "queued") for state in states)
+            active = any(state in (contract.RUNNING, contract.STARTING, contract.QUEUED) for state in states)
         try:
-            data = (run.nodes_dir / host / "trainer.log").read_bytes()
+            data = (run.nodes_dir / host / contract.TRAINER_LOG).read_bytes()
         except OSError:
             data = b""
         # a rank's lines: whole lines only (the rest comes with the next fetch)

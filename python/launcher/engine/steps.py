@@ -527,7 +527,7 @@ SETTLE_POLLS = 3
 
 
 def _running(nodes: dict[str, contract.NodeStatus]) -> bool:
-    return any(n.get("state") == "running" for n in nodes.values())
+    return any(n.get("state") == contract.RUNNING for n in nodes.values())
 
 
 def _settled(
@@ -537,7 +537,7 @@ def _settled(
     if interrupted.wait(wait_s):
         return nodes
     later = job.poll()
-    return {h: later.get(h, n) if n.get("state") == "running" else n for h, n in nodes.items()}
+    return {h: later.get(h, n) if n.get("state") == contract.RUNNING else n for h, n in nodes.items()}
 
 
 def _ended_elsewhere(run: RunDir, out: IO[str]) -> bool:
@@ -639,21 +639,21 @@ def _write_node_files(run: RunDir, plan: RunPlan) -> None:
         host_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name, data in plan.files.items():
             (host_dir / name).write_bytes(data)
-        job = dict(plan.jobs[host])
-        (host_dir / "job.json").write_text(json.dumps(job, indent=2) + "\n")
-        bundle = {
-            "files": {name: data.decode("utf-8") for name, data in plan.files.items()},  # rendered: UTF-8
-            "job": job,
-            "env": dict(plan.envs[host]),
-        }
-        fd = os.open(host_dir / "bundle.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        job = plan.jobs[host]
+        (host_dir / contract.JOB_FILE).write_text(json.dumps(job, indent=2) + "\n")
+        bundle = contract.Bundle(
+            files={name: data.decode("utf-8") for name, data in plan.files.items()},  # rendered: UTF-8
+            job=job,
+            env=dict(plan.envs[host]),
+        )
+        fd = os.open(host_dir / contract.BUNDLE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump(bundle, fh)
 
 
 def _remove_bundles(run: RunDir) -> None:
     """Delete the controller copies of the node bundles (secrets in clear; the record has them masked)."""
-    for path in run.files_dir.glob("*/bundle.json"):
+    for path in run.files_dir.glob(f"*/{contract.BUNDLE_FILE}"):
         path.unlink()
 
 
