@@ -72,7 +72,7 @@ def node_row(host: str, rank: int, node: contract.NodeStatus, nproc: int | None 
 
 
 def render_table(
-    hosts: list[str], nodes: dict[str, contract.NodeStatus], nproc: int | None = None
+    hosts: list[str], nodes: Mapping[str, contract.NodeStatus], nproc: int | None = None
 ) -> list[str]:
     """Return the lines of the node table (header first; ``nproc``: ranks per node, for nodes whose agent
     reports no running rank)."""

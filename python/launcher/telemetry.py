@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.data import mift_contract as contract
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
     from pathlib import Path
 
     from launcher.runner import PlaybookResult
@@ -61,7 +61,7 @@ def _age(t: object) -> str:
     return f"{max(0.0, time.time() - t):.0f} s ago" if isinstance(t, int | float) else "-"
 
 
-def gpu_lines(hosts: Iterable[str], nodes: dict[str, contract.NodeStatus]) -> list[str]:
+def gpu_lines(hosts: Iterable[str], nodes: Mapping[str, contract.NodeStatus]) -> list[str]:
     """Return the GPU table of ``status`` (empty when no node has a sample): per node the mean utilization,
     total power, hottest GPU (and HBM) and the memory used, from the latest sample."""
     rows = [("HOST", "GPUS", "UTIL", "POWER", "TEMP", "HBM TEMP", "MEMORY", "SAMPLED")]
