@@ -50,6 +50,7 @@ STOPPED: Final = "stopped"  # stopped on request (launcher stop, scancel)
 VANISHED: Final = "vanished"  # the trainer and its supervisor are gone without a word
 STATES: tuple[NodeState, ...] = (ABSENT, QUEUED, STARTING, RUNNING, FINISHED, FAILED, STOPPED, VANISHED)
 FINAL_STATES: tuple[NodeState, ...] = (FINISHED, FAILED, STOPPED, VANISHED)  # they do not change any more
+EXITED: Final = "exited"  # state.json only: the trainer exited; status reports FINISHED or FAILED by rc
 # never written by a node: the controller's state of a node that gave no status (no answer in time, no ssh),
 # and the prefix of the state it shows for every node while Slurm queues the job (pending(<reason>))
 UNREACHABLE: Final = "unreachable"
