@@ -73,6 +73,5 @@ def test_run_record_nodes_are_node_statuses() -> None:
     record = RunRecord.of(
         {"run_id": "r", "status": "running", "nodes": {"h1": {"state": "running"}, "h2": 3}}
     )
-    assert record.nodes == {
-        "h1": {"state": "running"}
-    }  # h2's entry is no status: left out (the table shows "?")
+    # h2's entry is no status: left out (the table shows "?")
+    assert record.nodes == {"h1": {"state": "running"}}
