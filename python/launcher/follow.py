@@ -113,7 +113,7 @@ class LiveView:
         self.out.flush()
 
 
-def queued(nodes: Mapping[str, Mapping[str, Any]]) -> bool:
+def queued(nodes: Mapping[str, contract.NodeStatus]) -> bool:
     """Return True while the job waits in Slurm's queue (every node shows ``pending(...)``)."""
     return bool(nodes) and all(str(n.get("state") or "").startswith(contract.PENDING) for n in nodes.values())
 

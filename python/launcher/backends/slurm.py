@@ -397,7 +397,7 @@ class SlurmBackend:
         return collect_agents(job)
 
 
-def record_master(run: RunDir, nodes: Mapping[str, Mapping[str, Any]]) -> None:
+def record_master(run: RunDir, nodes: Mapping[str, contract.NodeStatus]) -> None:
     """Put the rendezvous address the allocation gave the trainers (the allocation's first node, which a
     node's ``slurm-step`` reports) in the run's record, in place of the plan's: Slurm picked it."""
     placed = next((str(n["master_addr"]) for n in nodes.values() if n.get("master_addr")), None)
@@ -408,7 +408,7 @@ def record_master(run: RunDir, nodes: Mapping[str, Mapping[str, Any]]) -> None:
     run.update(master_addr=placed, node_env=node_env)
 
 
-def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, Mapping[str, Any]]) -> None:
+def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, contract.NodeStatus]) -> None:
     """Keep one attempt per start of a requeued job in the run's record: Slurm's restart count, why each
     attempt ended (the batch output on the node that ran the batch script) and the step each restart resumed
     from (its nodes' state)."""
@@ -430,7 +430,7 @@ def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, Mapping[str
         run.update(attempts=updated)
 
 
-def first_failure(nodes: Mapping[str, Mapping[str, Any]]) -> str:
+def first_failure(nodes: Mapping[str, contract.NodeStatus]) -> str:
     """Return ``host: trainer exited rc=N`` for the node whose trainer failed first ('' when none did); a
     node that recorded why (the in-allocation preflight) says that instead, and a rank its Slurm node."""
     failed = [
