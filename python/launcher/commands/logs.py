@@ -86,9 +86,7 @@ def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> 
     while True:
         if job is not None:
             result = job.collect()
-            states = [
-                ((result.report(h, "collect") or {}).get("status") or {}).get("state") for h in job.hosts
-            ]
+            states = [_collected_state(result.report(h, "collect"), h) for h in job.hosts]
             active = any(state in (contract.RUNNING, contract.STARTING, contract.QUEUED) for state in states)
         try:
             data = (run.nodes_dir / host / contract.TRAINER_LOG).read_bytes()
@@ -110,3 +108,11 @@ def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> 
     if not data:
         print(f"(no log yet at {_log_path(run, host)})", file=sys.stderr)
     return OK
+
+
+def _collected_state(answer: object, host: str) -> str | None:
+    """Return the node state in a node's ``collect`` answer (None when it gave none)."""
+    try:
+        return contract.collect_result_from(answer, f"{host}: collect")["status"]["state"]
+    except contract.ContractError:
+        return None
