@@ -82,11 +82,8 @@ def nodes_from(result: PlaybookResult, hosts: list[str]) -> dict[str, contract.N
             pass
         if host in result.unreachable:
             nodes[host] = {"state": contract.UNREACHABLE}
-        elif host in result.failures and _timed_out(result.failures[host]):
-            nodes[host] = {
-                "state": contract.UNREACHABLE,
-                "error": result.failures[host],
-            }  # poll.yml's timeout
+        elif host in result.failures and _timed_out(result.failures[host]):  # poll.yml's timeout
+            nodes[host] = {"state": contract.UNREACHABLE, "error": result.failures[host]}
         elif host in result.failures:
             nodes[host] = {"state": contract.ABSENT, "error": result.failures[host]}
         else:
