@@ -134,8 +134,8 @@ def follow(
 
     Stopping and collecting is left to the caller, which owns the run record.
     """
-    nproc = job.run.load().get("nproc_per_node")  # ranks per node (the table names each node's ranks)
-    view = LiveView(job.run.run_id, out, nproc if isinstance(nproc, int) else None)
+    nproc = job.run.record().nproc_per_node  # ranks per node (the table names each node's ranks)
+    view = LiveView(job.run.run_id, out, nproc)
     started = time.monotonic()
     nodes: dict[str, contract.NodeStatus] = {}
     telemetry_warnings = WarningOnce()
