@@ -6,6 +6,7 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+from launcher.data import mift_contract as contract
 from launcher.telemetry import WarningOnce
 from launcher.verdict import Verdict
 from launcher.watchdog import HOLDING_STATES
@@ -30,7 +31,7 @@ def _fmt(value: object, spec: str = "") -> str:
     return str(value)
 
 
-def ranks_cell(node: dict[str, Any], node_rank: int, nproc: int | None = None) -> str:
+def ranks_cell(node: contract.NodeStatus, node_rank: int, nproc: int | None = None) -> str:
     """Return a node's global ranks: ``2-3`` (from its node rank and ``nproc``) while its agent sees all of
     them running or reports none; else the ranks its agent sees, one stopped or in uninterruptible sleep with
     its state (``2,3:T``)."""
@@ -49,13 +50,13 @@ def ranks_cell(node: dict[str, Any], node_rank: int, nproc: int | None = None) -
     )
 
 
-def node_row(host: str, rank: int, node: dict[str, Any], nproc: int | None = None) -> tuple[str, ...]:
+def node_row(host: str, rank: int, node: contract.NodeStatus, nproc: int | None = None) -> tuple[str, ...]:
     """Return one table row for a node's agent status (``rank``: the node rank; ``nproc``: ranks per node)."""
     last = node.get("last_log") or {}
     step = f"{last['current_steps']}/{last.get('total_steps', '?')}" if "current_steps" in last else "-"
     state = str(node.get("state", "?"))
-    if state == "failed" and node.get("rc") is not None:
-        state = f"failed({node['rc']})"
+    if state == contract.FAILED and node.get("rc") is not None:
+        state = f"{contract.FAILED}({node['rc']})"
     where = node.get("slurm_node")  # a rank of a login-host-only Slurm run: the node Slurm picked
     return (
         host if where in (None, host) else f"{host} ({where})",
@@ -70,7 +71,9 @@ def node_row(host: str, rank: int, node: dict[str, Any], nproc: int | None = Non
     )
 
 
-def render_table(hosts: list[str], nodes: dict[str, dict[str, Any]], nproc: int | None = None) -> list[str]:
+def render_table(
+    hosts: list[str], nodes: Mapping[str, contract.NodeStatus], nproc: int | None = None
+) -> list[str]:
     """Return the lines of the node table (header first; ``nproc``: ranks per node, for nodes whose agent
     reports no running rank)."""
     rows = [COLUMNS] + [node_row(h, i, nodes.get(h, {}), nproc) for i, h in enumerate(hosts)]
@@ -90,7 +93,7 @@ class LiveView:
         self._last: list[str] = []
         self._t0 = time.monotonic()
 
-    def show(self, hosts: list[str], nodes: dict[str, dict[str, Any]], verdict: Verdict) -> None:
+    def show(self, hosts: list[str], nodes: dict[str, contract.NodeStatus], verdict: Verdict) -> None:
         """Show one poll's table."""
         elapsed = int(time.monotonic() - self._t0)
         title = f"run {self.run_id}  {verdict.state}  {elapsed // 60:02d}:{elapsed % 60:02d}"
@@ -110,9 +113,9 @@ class LiveView:
         self.out.flush()
 
 
-def queued(nodes: Mapping[str, Mapping[str, Any]]) -> bool:
+def queued(nodes: Mapping[str, contract.NodeStatus]) -> bool:
     """Return True while the job waits in Slurm's queue (every node shows ``pending(...)``)."""
-    return bool(nodes) and all(str(n.get("state") or "").startswith("pending") for n in nodes.values())
+    return bool(nodes) and all(str(n.get("state") or "").startswith(contract.PENDING) for n in nodes.values())
 
 
 def follow(
@@ -124,17 +127,17 @@ def follow(
     out: IO[str] | None = None,
     watch: ProgressWatch | None = None,
     transport: TransportWatch | None = None,
-) -> tuple[Verdict, dict[str, dict[str, Any]]]:
+) -> tuple[Verdict, dict[str, contract.NodeStatus]]:
     """Poll until the job ends, fails, stalls (``watch``: the progress watchdog) or is interrupted; return the
     verdict and the last node states. ``transport``: the collectives' transport is judged from what the nodes
     report (a node on sockets where RDMA was expected: one line; the run fails or goes on by policy).
 
     Stopping and collecting is left to the caller, which owns the run record.
     """
-    nproc = job.run.load().get("nproc_per_node")  # ranks per node (the table names each node's ranks)
-    view = LiveView(job.run.run_id, out, nproc if isinstance(nproc, int) else None)
+    nproc = job.run.record().nproc_per_node  # ranks per node (the table names each node's ranks)
+    view = LiveView(job.run.run_id, out, nproc)
     started = time.monotonic()
-    nodes: dict[str, dict[str, Any]] = {}
+    nodes: dict[str, contract.NodeStatus] = {}
     telemetry_warnings = WarningOnce()
     recorded: dict[str, Any] = {}
     restarts = 0  # a requeued Slurm job's restart count, as its nodes report it

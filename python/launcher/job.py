@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.backends import backend_of
+from launcher.data import mift_contract as contract
 from launcher.jobspec import Timeouts
 from launcher.metrics import Summary, read_jsonl, summarize, write_metrics
 from launcher.plot import plot_gpus, plot_loss
@@ -19,8 +20,6 @@ from launcher.runner import PlaybookResult, PlaybookRunner
 from launcher.runs import RunDir, RunRecord
 from launcher.telemetry import after_fields, gpu_series
 from launcher.verdict import Judge, settled_notes
-
-RUNNING = ("starting", "running")
 
 
 class Job:
@@ -45,7 +44,7 @@ class Job:
         """Return the extra vars every run playbook takes."""
         return {"mift_hosts": ",".join(self.hosts), "mift_run_id": self.run.run_id}
 
-    def poll(self) -> dict[str, dict[str, Any]]:
+    def poll(self) -> dict[str, contract.NodeStatus]:
         """Return host -> the agent's status, through the run's backend."""
         return self.backend.poll(self)
 
@@ -66,20 +65,20 @@ class Job:
         return result
 
     def finalize(
-        self, state: str, reason: str = "", nodes: dict[str, dict[str, Any]] | None = None
+        self, state: str, reason: str = "", nodes: dict[str, contract.NodeStatus] | None = None
     ) -> Summary:
         """Collect, write metrics and the loss plot, record the final state; return the summary."""
         collected = self.collect()
         final_nodes = dict(nodes or {})
         outputs: dict[str, list[str]] = {}
         for host in self.hosts:
-            report = collected.report(host, "collect")
-            report = report if isinstance(report, dict) else {}
-            status = report.get("status")
-            if isinstance(status, dict) and "state" in status:
-                final_nodes[host] = status
-            files = report.get("outputs")
-            outputs[host] = files if isinstance(files, list) else []
+            try:  # the node's answer, checked once here
+                answer = contract.collect_result_from(collected.report(host, "collect"), f"{host}: collect")
+            except contract.ContractError:
+                outputs[host] = []  # no answer: the last poll's status stands
+                continue
+            final_nodes[host] = answer["status"]
+            outputs[host] = answer["outputs"]
         master_dir = self.run.nodes_dir / self.hosts[0]
         log = read_jsonl(master_dir / "trainer_log.jsonl")
         try:
@@ -125,7 +124,7 @@ class Job:
 
 def unpack_collected(host_dir: Path) -> None:
     """Unpack a node's ``collect.tar.gz`` (plain file names only) into ``host_dir`` and delete it."""
-    archive = host_dir / "collect.tar.gz"
+    archive = host_dir / contract.COLLECT_ARCHIVE
     if not archive.is_file():
         return
     try:
@@ -142,12 +141,12 @@ def unpack_collected(host_dir: Path) -> None:
     archive.unlink()
 
 
-def _world_size(nodes: dict[str, dict[str, Any]]) -> int | None:
-    sizes = [int(n["world_size"]) for n in nodes.values() if isinstance(n.get("world_size"), int)]
+def _world_size(nodes: dict[str, contract.NodeStatus]) -> int | None:
+    sizes = [w for n in nodes.values() if isinstance(w := n.get("world_size"), int)]
     return max(sizes) if sizes else None
 
 
-def _brief(node: dict[str, Any]) -> dict[str, Any]:
+def _brief(node: contract.NodeStatus) -> dict[str, Any]:
     """Return a node status without the log tail (for the run record)."""
     return {k: v for k, v in node.items() if k != "log_tail"}
 

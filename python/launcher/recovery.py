@@ -45,6 +45,7 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from launcher.data import mift_contract as contract
 from launcher.fabric.runtime import FALLBACK_PHRASE
 
 if TYPE_CHECKING:
@@ -126,20 +127,20 @@ class Decision:
     backoff_s: float = 0.0
 
 
-def _node_text(node: Mapping[str, Any]) -> str:
+def _node_text(node: contract.NodeStatus) -> str:
     lines = node.get("failure_lines")
     text = "\n".join(str(x) for x in lines) if isinstance(lines, list) else ""
     return f"{text}\n{node.get('log_tail') or ''}\n{node.get('reason') or ''}"
 
 
-def _node_kind(node: Mapping[str, Any]) -> str | None:  # noqa: PLR0911 - one return per kind
+def _node_kind(node: contract.NodeStatus) -> str | None:  # noqa: PLR0911 - one return per kind
     """Return the failure kind one node's status shows, or None when it did not fail."""
     state = node.get("state")
-    if state in ("unreachable", "vanished", "absent"):
+    if state in (contract.UNREACHABLE, contract.VANISHED, contract.ABSENT):
         return "node_lost"
     if node.get("gpu_fault"):  # the supervisor stopped the trainer: a GPU broke (launcher.telemetry)
         return "gpu_error"
-    if state != "failed":
+    if state != contract.FAILED:
         return None
     text = _node_text(node)
     if _GPU_RE.search(text):
@@ -174,7 +175,7 @@ def _signalled(rc: int) -> bool:
 
 
 def classify(  # noqa: PLR0911 - one return per kind the judge's line names
-    reason: str, nodes: Mapping[str, Mapping[str, Any]] | None = None
+    reason: str, nodes: Mapping[str, contract.NodeStatus] | None = None
 ) -> Failure:
     """Return the failure behind a ``failed`` verdict (``reason``: the judge's line, ``nodes``: the last node
     states, host -> agent status with ``log_tail`` and ``failure_lines``).

@@ -3,39 +3,38 @@
 from __future__ import annotations
 
 import time
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from launcher.follow import render_table
 from launcher.telemetry import gpu_lines
 
 if TYPE_CHECKING:
-    from launcher.runs import RunDir
+    from launcher.runs import RunDir, RunRecord
 
 
 def _num(value: object, spec: str) -> str:
     return format(value, spec) if isinstance(value, int | float) else "-"
 
 
-def steps_text(record: dict[str, Any]) -> str:
+def steps_text(record: RunRecord) -> str:
     """Return the steps a run logged, ``5/8``; a run that ended before its first logged step says so."""
-    summary = record.get("summary") or {}
+    summary = record.summary
     steps, total = summary.get("steps"), summary.get("total_steps")
     if isinstance(steps, int):
         return f"{steps}/{total if isinstance(total, int) else '-'}"
-    status = str(record.get("status") or "")
+    status = record.status
     if status in ("failed", "stopped"):
         return f"none: {status} before its first step"
     return "none logged"
 
 
-def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
+def summary_lines(record: RunRecord, run: RunDir) -> list[str]:
     """Return the summary of a finished run."""
-    summary = record.get("summary") or {}
+    summary = record.summary
     lines = [
-        f"run {record['run_id']}: {record.get('status')}"
-        + (f" ({record['result_reason']})" if record.get("result_reason") else ""),
-        f"  nodes       {', '.join(record.get('hosts', []))}"
-        f"  (world size {summary.get('world_size') or '-'})",
+        f"run {record.run_id}: {record.status}"
+        + (f" ({record.result_reason})" if record.result_reason else ""),
+        f"  nodes       {', '.join(record.hosts)}  (world size {summary.get('world_size') or '-'})",
         f"  steps       {steps_text(record)}",
         f"  final loss  {_num(summary.get('final_loss'), '.4f')}"
         f"  (train_loss {_num(summary.get('train_loss'), '.4f')})",
@@ -57,10 +56,10 @@ def summary_lines(record: dict[str, Any], run: RunDir) -> list[str]:
     return lines
 
 
-def stall_lines(record: dict[str, Any], run: RunDir) -> list[str]:
+def stall_lines(record: RunRecord, run: RunDir) -> list[str]:
     """Return what the progress watchdog saw of a stalled run: window, lagging nodes, the stack dumps."""
-    stall = record.get("stall")
-    if not isinstance(stall, dict):
+    stall = record.stall
+    if stall is None:
         return []
     lagging = ", ".join(stall.get("lagging") or []) or "none named"  # lag_why names the held host/rank
     stacks = sorted(p.relative_to(run.path).as_posix() for p in run.nodes_dir.glob("*/stack-*.txt"))
@@ -74,17 +73,17 @@ def stall_lines(record: dict[str, Any], run: RunDir) -> list[str]:
 
 def print_summary(run: RunDir, out: IO[str]) -> None:
     """Print the summary of a finished run."""
-    out.write("\n".join(summary_lines(run.load(), run)) + "\n")
+    out.write("\n".join(summary_lines(run.record(), run)) + "\n")
     out.flush()
 
 
-def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
+def status_lines(record: RunRecord, run: RunDir) -> list[str]:
     """Return the status block of a run: state, timeline and the node table."""
-    created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(record.get("created_at", 0))))
-    lines = [f"run {record['run_id']}  {record.get('status')}  created {created}"]
-    if record.get("result_reason"):
-        lines.append(f"  reason: {record['result_reason']}")
-    slurm = record.get("slurm") or {}
+    created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created_at))
+    lines = [f"run {record.run_id}  {record.status}  created {created}"]
+    if record.result_reason:
+        lines.append(f"  reason: {record.result_reason}")
+    slurm = record.slurm
     if slurm.get("job_id"):
         why = f" ({slurm['reason']})" if slurm.get("reason") else ""
         lines.append(
@@ -93,27 +92,24 @@ def status_lines(record: dict[str, Any], run: RunDir) -> list[str]:
             + (f", run folder {slurm['run_root']})" if slurm.get("run_root") else ")")
         )
     lines.extend(staging_lines(record))
-    hosts = record.get("hosts") or []
-    nodes = record.get("nodes") or {}
-    nproc = record.get("nproc_per_node")
+    hosts = list(record.hosts)
+    nodes = record.nodes
     if hosts:
-        lines.extend(
-            "  " + line for line in render_table(hosts, nodes, nproc if isinstance(nproc, int) else None)
-        )
+        lines.extend("  " + line for line in render_table(hosts, nodes, record.nproc_per_node))
         lines.extend("  " + line for line in gpu_lines(hosts, nodes))
-    if not record.get("summary"):  # the summary lists them once the run ended
+    if not record.summary:  # the summary lists them once the run ended
         lines.extend(attempt_lines(record))
-    if record.get("summary"):
+    if record.summary:
         lines.extend(summary_lines(record, run)[1:])
     return lines
 
 
-def staging_lines(record: dict[str, Any]) -> list[str]:
+def staging_lines(record: RunRecord) -> list[str]:
     """The staging block of a run: progress while it stages, then what the nodes hold and what was sent."""
     from launcher.staging import files, human, progress_line  # noqa: PLC0415
 
-    staging = record.get("staging") or {}
-    if record.get("status") == "staging" and staging.get("progress"):
+    staging = record.staging
+    if record.status == "staging" and staging.get("progress"):
         return [f"  staging: {progress_line(staging['progress'])}"]
     lines = [
         f"  staged  {item['key']} {item['digest']} ({files(item['files'])}, {human(item['bytes'])}) "
@@ -127,10 +123,10 @@ def staging_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
-def attempt_lines(record: dict[str, Any]) -> list[str]:
+def attempt_lines(record: RunRecord) -> list[str]:
     """Return one line per attempt (for ``status`` and the final report); none for a run of one attempt
     that no failure ended."""
-    attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
+    attempts = record.attempts
     if len(attempts) < 2 and not any(a.get("kind") for a in attempts):
         return []
     lines = []

@@ -8,6 +8,7 @@ The run record (``record.json``) is read and written here only: :meth:`RunDir.re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.repo import STATE_DIR
@@ -70,14 +72,21 @@ class RunRecord:
     attempts: tuple[Mapping[str, Any], ...] = ()
     result_reason: str = ""
     resumed_from: str | None = None
+    summary: Mapping[str, Any] = field(default_factory=dict)  # once the run ended (launcher.job.Job.finalize)
+    nodes: Mapping[str, contract.NodeStatus] = field(default_factory=dict)  # the last poll (no log tail)
+    staging: Mapping[str, Any] = field(default_factory=dict)  # what staging sent (launcher.staging)
+    stall: Mapping[str, Any] | None = None  # what the progress watchdog saw (launcher.watchdog.Stall)
     data: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> RunRecord:
         """Return the typed record of ``data`` (a record as stored; missing fields take their defaults)."""
         pid, nproc = data.get("launcher_pid"), data.get("nproc_per_node")
-        handle = data.get("handle")
-        plan = data.get("plan")
+        handle, plan, stall = data.get("handle"), data.get("plan"), data.get("stall")
+        nodes: dict[str, contract.NodeStatus] = {}
+        for host, node in _mapping(data.get("nodes")).items():
+            with contextlib.suppress(contract.ContractError):
+                nodes[str(host)] = contract.node_status_from(node, str(host))
         return cls(
             run_id=str(data.get("run_id") or ""),
             status=str(data.get("status") or ""),
@@ -98,6 +107,10 @@ class RunRecord:
             attempts=tuple(a for a in data.get("attempts") or () if isinstance(a, Mapping)),
             result_reason=str(data.get("result_reason") or ""),
             resumed_from=_str_or_none(data.get("resumed_from")),
+            summary=_mapping(data.get("summary")),
+            nodes=nodes,
+            staging=_mapping(data.get("staging")),
+            stall=stall if isinstance(stall, Mapping) else None,
             data=data,
         )
 

@@ -18,14 +18,16 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from launcher.data import mift_contract as contract
+
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
     from pathlib import Path
 
     from launcher.runner import PlaybookResult
 
 
-def first_gpu_fault(hosts: Iterable[str], nodes: dict[str, dict[str, Any]]) -> str:
+def first_gpu_fault(hosts: Iterable[str], nodes: dict[str, contract.NodeStatus]) -> str:
     """Return the run's failure reason when a node reports a broken GPU ('' otherwise): host and GPU."""
     for host in hosts:
         fault = (nodes.get(host) or {}).get("gpu_fault")
@@ -40,7 +42,7 @@ class WarningOnce:
 
     seen: set[tuple[str, str]] = field(default_factory=set)
 
-    def new_lines(self, nodes: dict[str, dict[str, Any]]) -> list[str]:
+    def new_lines(self, nodes: dict[str, contract.NodeStatus]) -> list[str]:
         """Return ``warning: HOST: telemetry: ...`` for each warning not printed before."""
         lines = []
         for host, node in nodes.items():
@@ -59,7 +61,7 @@ def _age(t: object) -> str:
     return f"{max(0.0, time.time() - t):.0f} s ago" if isinstance(t, int | float) else "-"
 
 
-def gpu_lines(hosts: Iterable[str], nodes: dict[str, dict[str, Any]]) -> list[str]:
+def gpu_lines(hosts: Iterable[str], nodes: Mapping[str, contract.NodeStatus]) -> list[str]:
     """Return the GPU table of ``status`` (empty when no node has a sample): per node the mean utilization,
     total power, hottest GPU (and HBM) and the memory used, from the latest sample."""
     rows = [("HOST", "GPUS", "UTIL", "POWER", "TEMP", "HBM TEMP", "MEMORY", "SAMPLED")]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from launcher.data import mift_contract as contract
 from launcher.telemetry import first_gpu_fault
 
 UNREACHABLE_LIMIT = 3  # consecutive polls without an answer before a node counts as vanished
@@ -37,7 +37,7 @@ class Judge:
     lingering_since: float | None = None
 
     def __call__(  # noqa: PLR0911, PLR0912 - one return per way a job ends
-        self, nodes: dict[str, dict[str, Any]], now: float | None = None
+        self, nodes: dict[str, contract.NodeStatus], now: float | None = None
     ) -> Verdict:
         """Return the verdict for this poll's node states (host -> agent status)."""
         now = time.monotonic() if now is None else now
@@ -47,9 +47,9 @@ class Judge:
             return Verdict("failed", fault)
         settled: list[str] = []
         for host in self.hosts:
-            node = nodes.get(host, {"state": "unreachable"})
+            node = nodes.get(host, {"state": contract.UNREACHABLE})
             state = node.get("state")
-            if state == "unreachable":
+            if state == contract.UNREACHABLE:
                 self.missed_polls[host] = self.missed_polls.get(host, 0) + 1
                 first = self.first_missed.setdefault(host, now)
                 missed = self.missed_polls[host]
@@ -58,11 +58,11 @@ class Judge:
                 continue
             self.missed_polls[host] = 0
             self.first_missed.pop(host, None)
-            if state == "stopped":
+            if state == contract.STOPPED:
                 return Verdict("stopped", f"{host}: stopped")
-            if state in ("vanished", "absent"):
+            if state in (contract.VANISHED, contract.ABSENT):
                 return Verdict("failed", f"{host}: trainer vanished")
-            if state == "failed":
+            if state == contract.FAILED:
                 if master_done and (node.get("teardown_abort") or host == self.hosts[0]):
                     settled.append(host)  # every rank finished training; a rank aborted at interpreter exit
                     continue
@@ -71,7 +71,7 @@ class Judge:
                     if now - first < self.teardown_grace_s:
                         continue
                 return Verdict("failed", f"{host}: trainer exited rc={node.get('rc')}")
-            if state == "finished":
+            if state == contract.FINISHED:
                 settled.append(host)
         if len(settled) == len(self.hosts):
             if master_done:
@@ -106,10 +106,10 @@ class Judge:
         )
 
 
-def settled_notes(nodes: dict[str, dict[str, Any]]) -> list[str]:
+def settled_notes(nodes: dict[str, contract.NodeStatus]) -> list[str]:
     """Return warnings for nodes that ended non-zero although the job succeeded."""
     return [
         f"{h}: rc={n.get('rc')} after training finished (gloo teardown abort at exit, known on CPU)"
         for h, n in nodes.items()
-        if n.get("state") == "failed"
+        if n.get("state") == contract.FAILED
     ]

@@ -36,6 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from launcher.data import mift_contract as contract
+
 # step intervals measured before k x p95 is used (until then: first_step_s); one is enough: k and floor_s give
 # the margin, and the controller sees steps only at its polls (a run of 3 steps may show it just 2)
 MIN_INTERVALS = 1
@@ -163,14 +165,14 @@ class Stall:
         }
 
 
-def node_step(node: Mapping[str, Any]) -> int | None:
+def node_step(node: contract.NodeStatus) -> int | None:
     """Return the last optimizer step a node logged (None: none yet, or the node logs none)."""
     last = node.get("last_log") or {}
     step = last.get("current_steps") if isinstance(last, dict) else None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
-def _total(nodes: Mapping[str, Mapping[str, Any]]) -> int | None:
+def _total(nodes: Mapping[str, contract.NodeStatus]) -> int | None:
     for node in nodes.values():
         last = node.get("last_log") or {}
         total = last.get("total_steps") if isinstance(last, dict) else None
@@ -195,7 +197,7 @@ def elapsed_seconds(text: object) -> float | None:
     return seconds + extra
 
 
-def _seconds_per_step(nodes: Mapping[str, Mapping[str, Any]], step: int) -> float | None:
+def _seconds_per_step(nodes: Mapping[str, contract.NodeStatus], step: int) -> float | None:
     """Return the slowest node's elapsed_time / step at ``step`` (None: no node says)."""
     rates = []
     for node in nodes.values():
@@ -206,12 +208,12 @@ def _seconds_per_step(nodes: Mapping[str, Mapping[str, Any]], step: int) -> floa
     return max(rates) if rates else None
 
 
-def _watch(node: Mapping[str, Any]) -> Mapping[str, Any]:
+def _watch(node: contract.NodeStatus) -> Mapping[str, Any]:
     watch = node.get("watch")
     return watch if isinstance(watch, dict) else {}
 
 
-def _checkpoint_marks(nodes: Mapping[str, Mapping[str, Any]]) -> tuple[tuple[str, object, object], ...]:
+def _checkpoint_marks(nodes: Mapping[str, contract.NodeStatus]) -> tuple[tuple[str, object, object], ...]:
     """Return per node (host, newest checkpoint step, its newest write) as the agents report them."""
     marks = []
     for host, node in sorted(nodes.items()):
@@ -221,7 +223,7 @@ def _checkpoint_marks(nodes: Mapping[str, Mapping[str, Any]]) -> tuple[tuple[str
     return tuple(marks)
 
 
-def _saving(nodes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def _saving(nodes: Mapping[str, contract.NodeStatus]) -> list[str]:
     """Return the nodes whose newest checkpoint is being written (no trainer_state.json yet)."""
     saving = []
     for host, node in sorted(nodes.items()):
@@ -236,7 +238,7 @@ def rank_label(host: str, rank: object) -> str:
     return f"{host}/rank{rank}"
 
 
-def held_ranks(hosts: Sequence[str], nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+def held_ranks(hosts: Sequence[str], nodes: Mapping[str, contract.NodeStatus]) -> dict[str, dict[str, str]]:
     """Return host -> {``host/rankN``: one line} for the ranks stopped or in uninterruptible sleep
     (``watch.ranks[]`` from the agent: global rank, local rank, pid, process state)."""
     held: dict[str, dict[str, str]] = {}
@@ -252,7 +254,7 @@ def held_ranks(hosts: Sequence[str], nodes: Mapping[str, Mapping[str, Any]]) -> 
     return held
 
 
-def lagging(hosts: Sequence[str], nodes: Mapping[str, Mapping[str, Any]]) -> tuple[tuple[str, ...], str]:
+def lagging(hosts: Sequence[str], nodes: Mapping[str, contract.NodeStatus]) -> tuple[tuple[str, ...], str]:
     """Return the nodes that hold the run up, and why (no node: empty, and what was seen).
 
     The lowest step first; with every node at the same step, the nodes with a trainer rank stopped or in
@@ -343,7 +345,7 @@ class ProgressWatch:
             why += f" + eval_s {opts.eval_s:g} (evaluation after step {self.step})"
         return Window(seconds, why)
 
-    def observe(self, nodes: Mapping[str, Mapping[str, Any]], now: float) -> Stall | None:
+    def observe(self, nodes: Mapping[str, contract.NodeStatus], now: float) -> Stall | None:
         """Take one poll's node states; return the stall when the run has gone longer than its window."""
         steps = [s for s in (node_step(nodes.get(h, {})) for h in self.hosts) if s is not None]
         top = max(steps) if steps else None

@@ -23,6 +23,7 @@ from launcher.main import cli
 from launcher.preflight import MODEL_FILES, NodePath, node_paths, run_preflight
 from launcher.report import steps_text
 from launcher.runner import PlaybookResult
+from launcher.runs import RunRecord
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "configs" / "train" / "tiny_cpu_lora_sft.yaml"
@@ -249,4 +250,4 @@ def test_preflight_passes_when_every_node_has_the_folders() -> None:
 def test_steps_line_says_when_a_run_ended_before_its_first_step(
     status: str, summary: dict[str, Any], expected: str
 ) -> None:
-    assert steps_text({"status": status, "summary": summary}) == expected
+    assert steps_text(RunRecord.of({"status": status, "summary": summary})) == expected

@@ -25,18 +25,18 @@ from launcher.engine.steps import validate
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import load_job_spec_bytes
 from launcher.planning.calibration import H200_CLUSTER, SHAPE_3B, SHAPE_8B
+from launcher.planning.candidate import Candidate, ProbeMeasure
 from launcher.planning.hardware import H200, MI300X
 from launcher.planning.memory import Cluster, Strategy, Workload
 from launcher.planning.model import BUNDLED_DIR, load_shape
 from launcher.planning.probe import (
-    ProbeMeasure,
     job_tokens_per_s,
     probe_shortlist,
     run_probe,
     steady_tokens_per_s,
 )
 from launcher.planning.report import render_training
-from launcher.planning.training import Candidate, TrainingPlan, plan_training
+from launcher.planning.training import TrainingPlan, plan_training
 from launcher.validation.job import load_job
 
 if TYPE_CHECKING:

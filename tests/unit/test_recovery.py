@@ -22,6 +22,7 @@ from launcher.metrics import summarize
 from launcher.recovery import Failure, classify, decide
 from launcher.report import attempt_lines
 from launcher.runner import PlaybookResult
+from launcher.runs import RunRecord
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "python" / "launcher" / "data"))
 import mift_agent  # the agent is a script: importable once its folder is on the path
@@ -352,7 +353,7 @@ RECORD = {
 
 
 def test_attempt_lines_list_every_attempt():
-    lines = attempt_lines(RECORD)
+    lines = attempt_lines(RunRecord.of(RECORD))
     assert len(lines) == 2
     assert (
         "attempt 1  failed" in lines[0] and "nodes host1,host2  from step 0 trainer_signal: host2" in lines[0]
@@ -360,7 +361,7 @@ def test_attempt_lines_list_every_attempt():
     assert lines[0].endswith("-> retrying: trainer_signal is in recovery.retry_on; restart 1 of 3 in 30 s")
     assert "attempt 2  succeeded" in lines[1] and lines[1].endswith("from checkpoint-4")
     # one attempt that no failure ended: nothing to show
-    assert attempt_lines({"attempts": [{"attempt": 1, "state": "succeeded"}]}) == []
+    assert attempt_lines(RunRecord.of({"attempts": [{"attempt": 1, "state": "succeeded"}]})) == []
 
 
 def test_attempt_lines_show_each_attempts_plan_under_plan_auto():
@@ -388,7 +389,7 @@ def test_attempt_lines_show_each_attempts_plan_under_plan_auto():
         **RECORD,
         "attempts": [{**a, "plan": p} for a, p in zip(RECORD["attempts"], plans, strict=True)],
     }
-    first, second = attempt_lines(record)
+    first, second = attempt_lines(RunRecord.of(record))
     assert (
         "from step 0  [plan zero3, micro-batch 4 x accumulation 2, checkpointing off, offload none, "
         "margin 10%] trainer_signal: host2" in first
@@ -721,7 +722,7 @@ def test_out_of_memory_every_time_shrinks_the_plan_until_nothing_fits_then_stops
     out = capsys.readouterr().out
     record = json.loads(next((lab / "runs").glob("oomall-*/record.json")).read_text())
     plans = [a["plan"] for a in record["attempts"]]
-    print("\n".join(attempt_lines(record)))
+    print("\n".join(attempt_lines(RunRecord.of(record))))
     assert record["status"] == "failed" and len(plans) == FlakyNodesDouble.launches >= 2
     assert [round(p["margin"], 2) for p in plans] == [round(0.1 * (i + 1), 2) for i in range(len(plans))]
     assert {p["global_batch"] for p in plans} == {8}
@@ -863,7 +864,7 @@ def test_attempt_lines_say_which_spare_took_whose_place():
             {**RECORD["attempts"][1], "hosts": ["host1", "host3"], "replaced": {"host2": "host3"}},
         ]
     }
-    lines = attempt_lines(record)
+    lines = attempt_lines(RunRecord.of(record))
     assert "nodes host1,host3 (host3 in host2's place)  from checkpoint-4" in lines[1]
 
 

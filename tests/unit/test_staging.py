@@ -18,6 +18,7 @@ from launcher.data import mift_stage
 from launcher.exceptions import ConfigurationError, JobFailedError
 from launcher.jobspec import parse_job_spec
 from launcher.runner import PlaybookResult
+from launcher.runs import RunRecord
 from launcher.staging import (
     Manifest,
     StageItem,
@@ -373,11 +374,13 @@ def test_the_run_records_the_manifests_it_staged(tmp_path: Path, monkeypatch: py
     assert record["staging"]["sent"] == {"host1": {"files": 3, "bytes": 5005}}
     kept = json.loads((run.path / "staging" / "model.manifest.json").read_text())
     assert kept["manifest"] == files and kept["dest"] == str(tmp_path / "node" / "model")
-    lines = staging_lines(record)
+    lines = staging_lines(RunRecord.of(record))
     assert lines[0].startswith(f"  staged  model {item['digest']} (3 files, 5.0 kB) from controller")
     assert lines[1].startswith("  staged  sent host1 3 files 5.0 kB in ")
     progress = staging_lines(
-        {"status": "staging", "staging": {"progress": {"h": {"bytes": 1, "total": 2, "rate": 1}}}}
+        RunRecord.of(
+            {"status": "staging", "staging": {"progress": {"h": {"bytes": 1, "total": 2, "rate": 1}}}}
+        )
     )
     assert progress == ["  staging: h 1 B/2 B (50%) 1 B/s ETA 1 s"]
 

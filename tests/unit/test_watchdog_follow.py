@@ -134,7 +134,7 @@ def test_the_summary_of_a_stalled_run_names_window_lagging_node_and_stack_files(
     )
     run.update(result_reason="no progress for 31 s after step 3")
     run.set_status("stalled", "no progress for 31 s after step 3")
-    lines = summary_lines(run.load(), run)
+    lines = summary_lines(run.record(), run)
     assert lines[0].startswith(f"run {run.run_id}: stalled (no progress for 31 s after step 3)")
     assert "  stall       no progress for 31 s, window 30 s (floor_s)" in lines
     assert "  lagging     host2: host2/rank 1 (pid 43) stopped" in lines

@@ -6,6 +6,8 @@ from __future__ import annotations
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from launcher.data import mift_contract as contract
+
 if TYPE_CHECKING:
     from launcher.backends.base import RunNodes
     from launcher.engine.plan import RunPlan
@@ -35,7 +37,7 @@ def launch_vars(run: RunDir, plan: RunPlan) -> dict[str, Any]:
     }
 
 
-def poll_agents(job: RunNodes) -> dict[str, dict[str, Any]]:
+def poll_agents(job: RunNodes) -> dict[str, contract.NodeStatus]:
     """Return host -> the agent's status (``state`` unreachable or absent when it gave none)."""
     result = job.runner.run(
         "poll",
@@ -66,21 +68,26 @@ def collect_agents(job: RunNodes) -> PlaybookResult:
     )
 
 
-def nodes_from(result: PlaybookResult, hosts: list[str]) -> dict[str, dict[str, Any]]:
-    """Return host -> the agent's status from a poll playbook's result (unreachable or absent when none)."""
-    nodes: dict[str, dict[str, Any]] = {}
+def nodes_from(result: PlaybookResult, hosts: list[str]) -> dict[str, contract.NodeStatus]:
+    """Return host -> the agent's status from a poll playbook's result (unreachable or absent when none).
+
+    Each answer is checked here (:func:`mift_contract.node_status_from`); one that is not a status counts as
+    no answer."""
+    nodes: dict[str, contract.NodeStatus] = {}
     for host in hosts:
-        report = result.report(host, "status")
-        if isinstance(report, dict) and "state" in report:
-            nodes[host] = report
-        elif host in result.unreachable:
-            nodes[host] = {"state": "unreachable"}
-        elif host in result.failures and _timed_out(result.failures[host]):
-            nodes[host] = {"state": "unreachable", "error": result.failures[host]}  # poll.yml's timeout
+        try:
+            nodes[host] = contract.node_status_from(result.report(host, "status"), host)
+            continue
+        except contract.ContractError:
+            pass
+        if host in result.unreachable:
+            nodes[host] = {"state": contract.UNREACHABLE}
+        elif host in result.failures and _timed_out(result.failures[host]):  # poll.yml's timeout
+            nodes[host] = {"state": contract.UNREACHABLE, "error": result.failures[host]}
         elif host in result.failures:
-            nodes[host] = {"state": "absent", "error": result.failures[host]}
+            nodes[host] = {"state": contract.ABSENT, "error": result.failures[host]}
         else:
-            nodes[host] = {"state": "unreachable"}
+            nodes[host] = {"state": contract.UNREACHABLE}
     return nodes
 
 

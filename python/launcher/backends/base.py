@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class RunNodes(Protocol):
         ...
 
     @property
-    def node_judge(self) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+    def node_judge(self) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:
         """Return the judge of the nodes' states (the ssh backend's verdict)."""
         ...
 
@@ -159,11 +160,11 @@ class Backend(Protocol):
         """Return the line said once started ('' for none) and the MASTER_ADDR the start line shows."""
         ...
 
-    def poll(self, job: RunNodes) -> dict[str, dict[str, Any]]:
+    def poll(self, job: RunNodes) -> dict[str, contract.NodeStatus]:
         """Return host -> the node agent's status."""
         ...
 
-    def judge(self, job: RunNodes) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+    def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:
         """Return the function that turns one poll's node states into the run's state."""
         ...
 

@@ -35,6 +35,7 @@ from launcher.backends.slurm_script import (
     requeued_attempts,
     sbatch_script,
 )
+from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.inventory import group_members, inventory_var
 from launcher.nodelayout import layout
@@ -322,7 +323,7 @@ class SlurmBackend:
     STOP_PLAYBOOK = "slurm_stop"
 
     # --- poll --------------------------------------------------------------------------------------------
-    def poll(self, job: RunNodes) -> dict[str, dict[str, Any]]:
+    def poll(self, job: RunNodes) -> dict[str, contract.NodeStatus]:
         """Ask the node agents and slurmctld; a queued job shows its reason as every node's state."""
         result = job.runner.run(
             self.POLL_PLAYBOOK,
@@ -350,15 +351,15 @@ class SlurmBackend:
         record_master(job.run, nodes)
         record_requeues(job.run, self.last, nodes)
         if self.last.state in QUEUED:  # queued first, or again after a requeue
-            shown = f"pending({self.last.reason})" if self.last.reason else "pending"
+            shown = f"{contract.PENDING}({self.last.reason})" if self.last.reason else contract.PENDING
             nodes = {h: {**n, "state": shown} for h, n in nodes.items()}
         return nodes
 
-    def judge(self, job: RunNodes) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+    def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:
         """Slurm's job state decides; the nodes say which trainer failed first, and whether a completed
         job left its outputs."""
 
-        def verdict(nodes: dict[str, dict[str, Any]]) -> Verdict:
+        def verdict(nodes: dict[str, contract.NodeStatus]) -> Verdict:
             last = self.last
             if last is None or last.state not in ENDED_BADLY | {"COMPLETED", "GONE"}:
                 return Verdict("running")
@@ -396,7 +397,7 @@ class SlurmBackend:
         return collect_agents(job)
 
 
-def record_master(run: RunDir, nodes: Mapping[str, Mapping[str, Any]]) -> None:
+def record_master(run: RunDir, nodes: Mapping[str, contract.NodeStatus]) -> None:
     """Put the rendezvous address the allocation gave the trainers (the allocation's first node, which a
     node's ``slurm-step`` reports) in the run's record, in place of the plan's: Slurm picked it."""
     placed = next((str(n["master_addr"]) for n in nodes.values() if n.get("master_addr")), None)
@@ -407,7 +408,7 @@ def record_master(run: RunDir, nodes: Mapping[str, Mapping[str, Any]]) -> None:
     run.update(master_addr=placed, node_env=node_env)
 
 
-def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, Mapping[str, Any]]) -> None:
+def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, contract.NodeStatus]) -> None:
     """Keep one attempt per start of a requeued job in the run's record: Slurm's restart count, why each
     attempt ended (the batch output on the node that ran the batch script) and the step each restart resumed
     from (its nodes' state)."""
@@ -429,13 +430,13 @@ def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, Mapping[str
         run.update(attempts=updated)
 
 
-def first_failure(nodes: Mapping[str, Mapping[str, Any]]) -> str:
+def first_failure(nodes: Mapping[str, contract.NodeStatus]) -> str:
     """Return ``host: trainer exited rc=N`` for the node whose trainer failed first ('' when none did); a
     node that recorded why (the in-allocation preflight) says that instead, and a rank its Slurm node."""
     failed = [
         (float(n.get("ended_at") or 0), h, n)
         for h, n in nodes.items()
-        if n.get("state") == "failed" and n.get("rc") not in (0, None)
+        if n.get("state") == contract.FAILED and n.get("rc") not in (0, None)
     ]
     if not failed:
         return ""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.backends.agent import collect_agents, poll_agents, stop_agents
 from launcher.backends.base import Handle, recovery_or_note
+from launcher.data import mift_contract as contract
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -96,11 +97,11 @@ class SshBackend:
         """Nothing more to say; the plan's MASTER_ADDR."""
         return "", plan.master_addr
 
-    def poll(self, job: RunNodes) -> dict[str, dict[str, Any]]:
+    def poll(self, job: RunNodes) -> dict[str, contract.NodeStatus]:
         """Ask every node's agent."""
         return poll_agents(job)
 
-    def judge(self, job: RunNodes) -> Callable[[dict[str, dict[str, Any]]], Verdict]:
+    def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:
         """The node judge: the first failed node ends the run."""
         return job.node_judge
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from launcher.exit_codes import OK, ExitCode
+
+if TYPE_CHECKING:
+    from launcher.runs import RunRecord
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -27,16 +30,16 @@ def _cmd_list(_args: argparse.Namespace) -> ExitCode:
         return OK
     rows = [("RUN", "STATUS", "BACKEND", "CREATED", "NODES", "STEPS", "LOSS", "ATTEMPTS")]
     for run in runs:
-        rec = run.load()
-        summary = rec.get("summary") or {}
+        rec = run.record()
+        summary = rec.summary
         loss = summary.get("final_loss")
         rows.append(
             (
                 run.run_id,
-                str(rec.get("status")),
+                rec.status,
                 _backend(rec),
-                time.strftime("%Y-%m-%d %H:%M", time.localtime(float(rec.get("created_at", 0)))),
-                str(len(rec.get("hosts") or [])),
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(rec.created_at)),
+                str(len(rec.hosts)),
                 f"{summary.get('steps', '-')}/{summary.get('total_steps', '-')}" if summary else "-",
                 f"{loss:.4f}" if isinstance(loss, float) else "-",
                 _attempts(rec),
@@ -48,16 +51,15 @@ def _cmd_list(_args: argparse.Namespace) -> ExitCode:
     return OK
 
 
-def _attempts(record: dict[str, Any]) -> str:
+def _attempts(record: RunRecord) -> str:
     """Return the number of attempts and the failure kind of each failed one: ``2 (trainer_signal)``."""
-    attempts = [a for a in record.get("attempts") or [] if isinstance(a, dict)]
+    attempts = record.attempts
     kinds = [str(a["kind"]) for a in attempts if a.get("kind")]
     return f"{len(attempts) or 1}" + (f" ({', '.join(kinds)})" if kinds else "")
 
 
-def _backend(record: dict[str, Any]) -> str:
+def _backend(record: RunRecord) -> str:
     """Return ``ssh`` or ``slurm:<job id>``."""
-    slurm = record.get("slurm") or {}
-    if record.get("backend") == "slurm":
-        return f"slurm:{slurm.get('job_id') or '-'}"
-    return str(record.get("backend") or "ssh")
+    if record.backend == "slurm":
+        return f"slurm:{record.slurm.get('job_id') or '-'}"
+    return record.backend or "ssh"

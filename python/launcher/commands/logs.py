@@ -8,6 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import OK, ExitCode
 
@@ -67,7 +68,7 @@ def rank_lines(text: str, rank: int) -> str:
 
 
 def _log_path(run: RunDir, host: str) -> str:
-    return str(run.nodes_dir / host / "trainer.log")
+    return str(run.nodes_dir / host / contract.TRAINER_LOG)
 
 
 def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> ExitCode:
@@ -85,12 +86,10 @@ def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> 
     while True:
         if job is not None:
             result = job.collect()
-            states = [
-                ((result.report(h, "collect") or {}).get("status") or {}).get("state") for h in job.hosts
-            ]
-            active = any(state in ("running", "starting", "queued") for state in states)
+            states = [_collected_state(result.report(h, "collect"), h) for h in job.hosts]
+            active = any(state in (contract.RUNNING, contract.STARTING, contract.QUEUED) for state in states)
         try:
-            data = (run.nodes_dir / host / "trainer.log").read_bytes()
+            data = (run.nodes_dir / host / contract.TRAINER_LOG).read_bytes()
         except OSError:
             data = b""
         # a rank's lines: whole lines only (the rest comes with the next fetch)
@@ -109,3 +108,11 @@ def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> 
     if not data:
         print(f"(no log yet at {_log_path(run, host)})", file=sys.stderr)
     return OK
+
+
+def _collected_state(answer: object, host: str) -> str | None:
+    """Return the node state in a node's ``collect`` answer (None when it gave none)."""
+    try:
+        return contract.collect_result_from(answer, f"{host}: collect")["status"]["state"]
+    except contract.ContractError:
+        return None

@@ -51,5 +51,5 @@ def show_status(ref: str | None) -> ExitCode:
     elif not is_final(record) and not launcher_alive(record) and not record.hosts:
         run.set_status("rejected", "launcher ended before any trainer was started")
         record = run.record()
-    sys.stdout.write("\n".join(status_lines(dict(record.data), run)) + "\n")
+    sys.stdout.write("\n".join(status_lines(record, run)) + "\n")
     return JOB_FAILED if record.status in ("failed", "stopped", "stalled", "rejected") else OK

@@ -242,7 +242,7 @@ def output_dir_of(run_dir: Path, job: dict[str, Any]) -> Path:
 
 
 def _trainer_env(run_dir: Path, job: dict[str, Any]) -> dict[str, str]:
-    extra = _read_json(run_dir / "env.json")
+    extra = _read_json(run_dir / contract.ENV_FILE)
     env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME")}
     env.setdefault("HOME", "/root")
     env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -353,7 +353,7 @@ class MasterWatch:
 def _open_log(run_dir: Path, extra: dict[str, Any]) -> IO[bytes]:
     """Open the trainer log to append; a restarted run (the launcher's recovery) appends to it, so what this
     start writes begins at ``extra["log_offset"]``."""
-    log = (run_dir / "trainer.log").open("ab")
+    log: IO[bytes] = (run_dir / contract.TRAINER_LOG).open("ab")
     extra.setdefault("log_offset", log.tell())
     return log
 
@@ -387,11 +387,11 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
             sampler.stop()
         log.write(f"mift_agent: cannot start {argv[0]}: {err}\n".encode())
         log.close()
-        (run_dir / "rc").write_text("127\n")
+        (run_dir / contract.RC_FILE).write_text("127\n")
         _write_json(
             run_dir / STATE_FILE,
             {
-                "state": "exited",
+                "state": contract.EXITED,
                 "rc": 127,
                 "pid": None,
                 "supervisor_pid": os.getpid(),
@@ -402,9 +402,9 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
             },
         )
         return
-    (run_dir / "trainer.pid").write_text(f"{proc.pid}\n")
+    (run_dir / contract.PID_FILE).write_text(f"{proc.pid}\n")
     state = {
-        "state": "running",
+        "state": contract.RUNNING,
         "pid": proc.pid,
         "supervisor_pid": os.getpid(),
         "supervisor_id": _identity(os.getpid()),
@@ -435,13 +435,20 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
     # a trainer killed from outside leaves torchrun's workers (own sessions) behind: sweep them
     left = sweep(proc.pid, agent_key(run_id, run_dir), grace)
     log.close()
-    (run_dir / "rc").write_text(f"{rc}\n")
-    stopped = (run_dir / "stop_requested").exists()
-    state.update({"state": "stopped" if stopped else "exited", "rc": rc, "ended_at": _now(), "left": left})
+    (run_dir / contract.RC_FILE).write_text(f"{rc}\n")
+    stopped = (run_dir / contract.STOP_FILE).exists()
+    state.update(
+        {
+            "state": contract.STOPPED if stopped else contract.EXITED,
+            "rc": rc,
+            "ended_at": _now(),
+            "left": left,
+        }
+    )
     if lost:
         state["reason"] = lost
     if sampler is not None and sampler.fault:  # the run fails, whatever the stopped trainer's rc
-        state.update(state="failed", gpu_fault=sampler.fault)
+        state.update(state=contract.FAILED, gpu_fault=sampler.fault)
     _write_json(run_dir / STATE_FILE, state)
 
 
@@ -511,9 +518,9 @@ def cmd_prepare(run_dir: Path) -> dict[str, Any]:
     if bad:
         return {"ok": False, "error": bad}
     state = _read_json(run_dir / STATE_FILE)
-    if state.get("state") == "queued":
+    if state.get("state") == contract.QUEUED:
         return {"ok": True, "changed": False, **state}
-    state = {"state": "queued", "queued_at": _now(), "node_rank": job.get("node_rank")}
+    state = {"state": contract.QUEUED, "queued_at": _now(), "node_rank": job.get("node_rank")}
     _write_json(run_dir / STATE_FILE, state)
     return {"ok": True, "changed": True, **state}
 
@@ -635,7 +642,7 @@ def cmd_slurm_step(
     _write_json(run_dir / contract.ENV_FILE, env, 0o600)
     job["node_rank"] = int(placed["NODE_RANK"])
     _write_json(run_dir / contract.JOB_FILE, job, 0o600)
-    for name in (STATE_FILE, "rc", "trainer.pid", "stop_requested"):
+    for name in (STATE_FILE, contract.RC_FILE, contract.PID_FILE, contract.STOP_FILE):
         with contextlib.suppress(FileNotFoundError):
             (run_dir / name).unlink()
     key = agent_key(str(job["run_id"]), run_dir)
@@ -643,7 +650,7 @@ def cmd_slurm_step(
     def on_term(signum: int, _frame: object) -> None:
         # scancel, a time limit or another node's failure (--kill-on-bad-exit): stop the trainer; the
         # supervisor's wait then returns and records the run as stopped
-        (run_dir / "stop_requested").write_text(f"{_now()} slurm {signal.Signals(signum).name}\n")
+        (run_dir / contract.STOP_FILE).write_text(f"{_now()} slurm {signal.Signals(signum).name}\n")
         state = _read_json(run_dir / STATE_FILE)
         sweep(state.get("pid"), key, grace)
 
@@ -710,7 +717,7 @@ def cmd_slurm_check(root: Path) -> dict[str, Any]:
     )
     state = _read_json(run_dir / STATE_FILE)
     if why:
-        state = {"state": "exited", "rc": 3, "reason": f"preflight: {why}", "ended_at": _now()}
+        state = {"state": contract.EXITED, "rc": 3, "reason": f"preflight: {why}", "ended_at": _now()}
         state["slurm_node"] = node
         print(f"mift_agent: {node} (rank {environ['SLURM_NODEID']}): preflight: {why}", file=sys.stderr)
     else:
@@ -753,14 +760,14 @@ def cmd_shared(command: str, root: Path, grace: float, job_gone: bool) -> dict[s
 
 def _shared_stop(run_dir: Path, job_gone: bool) -> dict[str, Any]:
     state = _read_json(run_dir / STATE_FILE)
-    active = state.get("state") in ("running", "starting", "queued")
+    active = state.get("state") in (contract.RUNNING, contract.STARTING, contract.QUEUED)
     if not active:
         return {"ok": True, "changed": False, "left": [], "state": state.get("state")}
     if not job_gone:
         return {"ok": False, "changed": False, "left": ["the slurm job is still on its nodes"], **state}
-    state.update({"state": "stopped", "ended_at": _now(), "note": "ended by slurm (scancel)"})
+    state.update({"state": contract.STOPPED, "ended_at": _now(), "note": "ended by slurm (scancel)"})
     _write_json(run_dir / STATE_FILE, state)
-    return {"ok": True, "changed": True, "left": [], "state": "stopped"}
+    return {"ok": True, "changed": True, "left": [], "state": contract.STOPPED}
 
 
 def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
@@ -769,12 +776,12 @@ def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
     if bad:
         return {"ok": False, "error": bad}
     state = _read_json(run_dir / STATE_FILE)
-    if state.get("state") in ("running", "starting") and _supervisor_alive(state):
+    if state.get("state") in (contract.RUNNING, contract.STARTING) and _supervisor_alive(state):
         return {"ok": True, "changed": False, **state}
-    for name in (STATE_FILE, "rc", "trainer.pid", "stop_requested"):
+    for name in (STATE_FILE, contract.RC_FILE, contract.PID_FILE, contract.STOP_FILE):
         with contextlib.suppress(FileNotFoundError):
             (run_dir / name).unlink()
-    _write_json(run_dir / STATE_FILE, {"state": "starting", "started_at": _now()})
+    _write_json(run_dir / STATE_FILE, {"state": contract.STARTING, "started_at": _now()})
     pid = os.fork()
     if pid == 0:  # first child: new session, fork again so the supervisor is no session leader
         os.setsid()
@@ -791,10 +798,10 @@ def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         state = _read_json(run_dir / STATE_FILE)
-        if state.get("state") not in (None, "starting"):
+        if state.get("state") not in (None, contract.STARTING):
             break
         time.sleep(0.05)
-    return {"ok": state.get("state") in ("running", "exited"), "changed": True, **state}
+    return {"ok": state.get("state") in (contract.RUNNING, contract.EXITED), "changed": True, **state}
 
 
 def _last_jsonl(path: Path) -> dict[str, Any]:
@@ -878,24 +885,24 @@ def _processes(job: dict[str, Any], run_dir: Path) -> int:
 def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
     """Report the node's view of the run (``remote``: read on another host through a shared folder, where
     the pids mean nothing: the state file is the answer)."""
-    job = _read_json(run_dir / "job.json")
+    job = _read_json(run_dir / contract.JOB_FILE)
     state = _read_json(run_dir / STATE_FILE)
-    name = state.get("state", "absent")
+    name = state.get("state", contract.ABSENT)
     if remote:
-        trainer_alive = name == "running"
+        trainer_alive = name == contract.RUNNING
     else:
         run_id = str(job.get("run_id") or "")
         trainer_alive = bool(run_id) and _ours(state.get("pid"), agent_key(run_id, run_dir))
-        if name == "running" and not _supervisor_alive(state):
-            name = "running" if trainer_alive else "vanished"
-    if name == "starting" and time.time() - float(state.get("started_at") or 0) > 60:
-        name = "vanished"
+        if name == contract.RUNNING and not _supervisor_alive(state):
+            name = contract.RUNNING if trainer_alive else contract.VANISHED
+    if name == contract.STARTING and time.time() - float(state.get("started_at") or 0) > 60:
+        name = contract.VANISHED
     output_dir = output_dir_of(run_dir, job)
     expect = [str(e) for e in job.get("expect_outputs", [])]
     outputs = {e: (output_dir / e).exists() for e in expect}
     rc = state.get("rc")
-    if name == "exited":
-        name = "finished" if rc == 0 else "failed"
+    if name == contract.EXITED:
+        name = contract.FINISHED if rc == 0 else contract.FAILED
     return {
         "run_id": job.get("run_id"),
         "node_rank": job.get("node_rank"),
@@ -1121,7 +1128,7 @@ def watch_files(run_dir: Path) -> list[Path]:
 def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
     """Stop every process of the run on this node; safe to call again (``dump``: write stack dumps of every
     process of the run first, :func:`dump_stacks`)."""
-    job = _read_json(run_dir / "job.json")
+    job = _read_json(run_dir / contract.JOB_FILE)
     run_id = str(job.get("run_id") or "")
     if not run_id:
         return {"ok": True, "changed": False, "left": [], "note": "no job here"}
@@ -1132,15 +1139,18 @@ def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
     running = bool(before) or _ours(pgid, key)
     stacks = dump_stacks(run_dir, job) if dump and running else []
     if running:
-        (run_dir / "stop_requested").write_text(f"{_now()}\n")
+        (run_dir / contract.STOP_FILE).write_text(f"{_now()}\n")
     left = sweep(pgid, key, grace) if running else []
     # wait for the supervisor to record the end, so status reads "stopped" right after
     deadline = time.monotonic() + 5
     while running and time.monotonic() < deadline and _supervisor_alive(state):
         time.sleep(0.1)
     state = _read_json(run_dir / STATE_FILE)
-    if state.get("state") in ("running", "starting"):  # the supervisor is gone too: record it here
-        state.update({"state": "stopped", "ended_at": _now(), "rc": state.get("rc")})
+    if state.get("state") in (
+        contract.RUNNING,
+        contract.STARTING,
+    ):  # the supervisor is gone too: record it here
+        state.update({"state": contract.STOPPED, "ended_at": _now(), "rc": state.get("rc")})
         _write_json(run_dir / STATE_FILE, state)
     return {
         "ok": not left,
@@ -1153,13 +1163,13 @@ def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
 
 
 SHARED_COMMANDS = ("shared-prepare", "shared-status", "shared-collect", "shared-stop")
-COLLECT_ARCHIVE = "collect.tar.gz"
+COLLECT_ARCHIVE = contract.COLLECT_ARCHIVE
 # what the launcher fetches from a node run directory and from its output_dir (small files only)
 COLLECT_RUN_FILES = (
-    "trainer.log",
+    contract.TRAINER_LOG,
     STATE_FILE,
-    "job.json",
-    "rc",
+    contract.JOB_FILE,
+    contract.RC_FILE,
     "slurm.out",
     mift_gpu.TELEMETRY_FILE,
     mift_gpu.TELEMETRY_STATE,
@@ -1237,7 +1247,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run_dir: Path = args.run_dir.resolve()
     if not run_dir.is_dir():
-        print(json.dumps({"ok": False, "state": "absent", "error": f"{run_dir}: no such run directory"}))
+        print(
+            json.dumps({"ok": False, "state": contract.ABSENT, "error": f"{run_dir}: no such run directory"})
+        )
         return 0 if args.command != "start" else 1
     result: Any
     if args.command == "start":

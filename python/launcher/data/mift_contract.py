@@ -8,14 +8,19 @@ the node run directory (``/var/lib/mift/runs/<run_id>/``), where the agent impor
 * :class:`Bundle` (``bundle.json``, 0600, deleted once unpacked): the files, the job and the environment;
 * :class:`NodeStatus`: the agent's answer to ``status`` (and inside ``collect``);
 * :class:`StartResult`, :class:`StopResult`, :class:`CollectResult`: the answers of the other commands;
+* :data:`NodeState` and its names (:data:`RUNNING`, ...): the states a node reports, and :data:`UNREACHABLE`,
+  the controller's own word for a node that did not answer;
+* :func:`node_status_from`, :func:`collect_result_from`: a node's answer checked once, where it arrives;
 * the names of the files in a node run directory, and the marker every process of a run carries.
+
+Python 3.10 (the nodes' ``python3``): no syntax or typing newer than that.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, cast
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,9 +37,24 @@ STOP_FILE = "stop_requested"
 COLLECT_ARCHIVE = "collect.tar.gz"
 # every process of a run carries MARKER=<run_id>@<run_dir> in its environment
 MARKER = "MIFT_AGENT_KEY"
-# node states the agent reports; FINAL ones do not change any more
-STATES = ("absent", "starting", "running", "finished", "failed", "stopped", "vanished")
-FINAL_STATES = ("finished", "failed", "stopped", "vanished")
+
+# the states a node reports (NodeStatus.state); the JSON carries these strings
+NodeState = Literal["absent", "queued", "starting", "running", "finished", "failed", "stopped", "vanished"]
+ABSENT: Final = "absent"  # no trainer was started in this run directory
+QUEUED: Final = "queued"  # waiting for its Slurm job step (the Slurm backends)
+STARTING: Final = "starting"  # the supervisor is starting the trainer
+RUNNING: Final = "running"
+FINISHED: Final = "finished"  # the trainer exited 0
+FAILED: Final = "failed"  # the trainer exited non-zero (rc), or its start failed
+STOPPED: Final = "stopped"  # stopped on request (launcher stop, scancel)
+VANISHED: Final = "vanished"  # the trainer and its supervisor are gone without a word
+STATES: tuple[NodeState, ...] = (ABSENT, QUEUED, STARTING, RUNNING, FINISHED, FAILED, STOPPED, VANISHED)
+FINAL_STATES: tuple[NodeState, ...] = (FINISHED, FAILED, STOPPED, VANISHED)  # they do not change any more
+EXITED: Final = "exited"  # state.json only: the trainer exited; status reports FINISHED or FAILED by rc
+# never written by a node: the controller's state of a node that gave no status (no answer in time, no ssh),
+# and the prefix of the state it shows for every node while Slurm queues the job (pending(<reason>))
+UNREACHABLE: Final = "unreachable"
+PENDING: Final = "pending"
 
 
 class Job(TypedDict):
@@ -58,11 +78,16 @@ class Bundle(TypedDict):
 
 
 class NodeStatus(TypedDict, total=False):
-    """The agent's view of the run on one node (``status``)."""
+    """The agent's view of the run on one node (``status``), as the controller holds it.
+
+    ``state``: a :data:`NodeState`; on the controller also :data:`UNREACHABLE` (with ``error`` when the poll
+    said why) and, while Slurm queues the job, ``pending(<reason>)``.
+    """
 
     run_id: str | None
     node_rank: int | None
-    state: str  # one of STATES
+    state: str
+    error: str  # the controller's: why the node gave no status
     rc: int | None
     reason: str | None
     pid: int | None
@@ -73,7 +98,13 @@ class NodeStatus(TypedDict, total=False):
     outputs: dict[str, bool]
     outputs_complete: bool
     output_dir: str
-    processes: int
+    processes: int | None  # None: read through a shared folder on another host (Slurm login host)
+    slurm_node: str  # a Slurm task's placement: the node Slurm picked ...
+    master_addr: str  # ... and the rendezvous address the allocation gave the trainers
+    restart: int  # a requeued Slurm job: which restart this is, and the checkpoint step it resumed from
+    resume_step: int | None
+    requeues: dict[str, str]  # the node that ran the batch script of a requeued job: attempt -> cause
+    watch: dict[str, Any]  # what the progress watchdog reads (ranks, their process states, checkpoints)
     ranks_joined: list[int]
     world_size: int | None
     teardown_abort: bool
@@ -117,6 +148,7 @@ class CollectResult(TypedDict):
     status: NodeStatus
     outputs: list[str]
     archive: str
+    gpu_after: dict[str, Any] | None  # mift_gpu.after_check: the GPUs idle and healthy after the run
 
 
 class ContractError(ValueError):
@@ -168,6 +200,29 @@ def bundle_from(data: object, where: str = BUNDLE_FILE) -> Bundle:
     ):
         raise ContractError(f"{where}: env: must map names to strings")
     return Bundle(files=dict(files), job=job_from(data.get("job"), f"{where}: job"), env=dict(env))
+
+
+def node_status_from(data: object, where: str = "status") -> NodeStatus:
+    """Return ``data`` as a :class:`NodeStatus` (a JSON object with a ``state`` string); raise
+    :class:`ContractError` when it is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("state"), str):
+        raise ContractError(f"{where}: not a node status (a JSON object with a state)")
+    return cast("NodeStatus", data)
+
+
+def collect_result_from(data: object, where: str = "collect") -> CollectResult:
+    """Return ``data`` as a :class:`CollectResult`: ``status`` a :class:`NodeStatus` (else
+    :class:`ContractError`), ``outputs`` a list of paths ([] when missing or of the wrong type)."""
+    if not isinstance(data, dict):
+        raise ContractError(f"{where}: not a JSON object")
+    outputs = data.get("outputs")
+    return CollectResult(
+        ok=bool(data.get("ok")),
+        status=node_status_from(data.get("status"), f"{where}: status"),
+        outputs=[str(o) for o in outputs] if isinstance(outputs, list) else [],
+        archive=str(data.get("archive") or ""),
+        gpu_after=gpu_after if isinstance(gpu_after := data.get("gpu_after"), dict) else None,
+    )
 
 
 def read_job(run_dir: Path) -> Job | None:

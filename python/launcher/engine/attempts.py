@@ -23,7 +23,7 @@ _CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)/?$")
 def resume_step(plan: RunPlan) -> int | None:
     """Return the checkpoint step the plan's trainers resume from (None: from the start, or the trainer's own
     choice with ``resume: true`` and no checkpoint listed)."""
-    resume_from = next(iter(plan.jobs.values()), {}).get("resume_from") if plan.jobs else None
+    resume_from = next(iter(plan.jobs.values()))["resume_from"] if plan.jobs else None
     match = _CHECKPOINT_RE.search(str(resume_from or ""))
     return int(match.group(1)) if match else None
 

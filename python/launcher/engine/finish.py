@@ -6,8 +6,9 @@ final state, print the summary.
 
 from __future__ import annotations
 
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
+from launcher.data import mift_contract as contract
 from launcher.report import print_summary
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 def finish(
     job: Job,
     verdict: Verdict,
-    nodes: dict[str, dict[str, Any]] | None = None,
+    nodes: dict[str, contract.NodeStatus] | None = None,
     *,
     out: IO[str] | None = None,
     stopped: bool = False,

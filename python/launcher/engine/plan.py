@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from launcher.config_io import parse_config
+from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.nodeenv import render_node_env
 from launcher.nodelayout import layout
@@ -74,7 +75,7 @@ class RunPlan:
     expect_outputs: tuple[str, ...]
     master_addr: str
     envs: Mapping[str, Mapping[str, str]]
-    jobs: Mapping[str, Mapping[str, Any]]
+    jobs: Mapping[str, contract.Job]
     notes: tuple[str, ...] = field(default=())
     # plan: auto: the applied training plan (launcher.engine.split.record_of); None: the YAML as written
     training: TrainingPlan | None = None
@@ -299,19 +300,16 @@ def build_plan(
         return str(found) if found else f"{spec.node_venv or layout().venv}/bin/llamafactory-cli"
 
     jobs = {
-        host: MappingProxyType(
-            {
-                "run_id": run_id,
-                "node_rank": rank,
-                "argv": [cli(host), "train", TRAIN_FILE],
-                "output_dir": output_dir,
-                "expect_outputs": list(expect) if rank == 0 else [],
-                # the checkpoint the trainer resumes from ("last": LLaMA-Factory picks output_dir's last one)
-                "resume_from": train.get("resume_from_checkpoint")
-                or ("last" if spec.resume is True else None),
-                # GPU sampling period of the node agent (0: off); docs/launcher.md "GPU telemetry"
-                "telemetry_period_s": spec.telemetry.period_s,
-            }
+        host: contract.Job(
+            run_id=run_id,
+            node_rank=rank,
+            argv=[cli(host), "train", TRAIN_FILE],
+            output_dir=output_dir,
+            expect_outputs=list(expect) if rank == 0 else [],
+            # the checkpoint the trainer resumes from ("last": LLaMA-Factory picks output_dir's last one)
+            resume_from=train.get("resume_from_checkpoint") or ("last" if spec.resume is True else None),
+            # GPU sampling period of the node agent (0: off); docs/launcher.md "GPU telemetry"
+            telemetry_period_s=spec.telemetry.period_s,
         )
         for rank, host in enumerate(facts.hosts)
     }

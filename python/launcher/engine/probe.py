@@ -30,13 +30,14 @@ import yaml
 from launcher.exceptions import LauncherError
 from launcher.exit_codes import OK
 from launcher.metrics import read_jsonl
+from launcher.planning.candidate import ProbeMeasure
 from launcher.planning.dsconfig import deepspeed_config
-from launcher.planning.probe import ProbeMeasure, steady_tokens_per_s
+from launcher.planning.probe import steady_tokens_per_s
 from launcher.preflight import PreflightOnce
 from launcher.runs import RunRecord, exit_code_of, runs_root
 
 if TYPE_CHECKING:
-    from launcher.planning.training import Candidate
+    from launcher.planning.candidate import Candidate
     from launcher.runs import RunDir
     from launcher.validation.job import LoadedJob
 

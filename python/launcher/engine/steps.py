@@ -24,6 +24,7 @@ import yaml
 from launcher import runner as runner_module
 from launcher.backends import backend_of, check_recovery, nodes_in_inventory, prepare
 from launcher.backends.agent import launch_vars
+from launcher.data import mift_contract as contract
 from launcher.engine import attempts
 from launcher.engine.finish import finish
 from launcher.engine.plan import (
@@ -500,11 +501,11 @@ def _failure_of(
     run: RunDir,
     job: Job,
     verdict: Verdict,
-    nodes: dict[str, dict[str, Any]],
+    nodes: dict[str, contract.NodeStatus],
     *,
     spec: JobSpec,
     interrupted: threading.Event,
-) -> tuple[Failure, dict[str, dict[str, Any]]]:
+) -> tuple[Failure, dict[str, contract.NodeStatus]]:
     """Return what failed in a ``failed`` or ``stalled`` attempt, and the node states it was judged from."""
     if verdict.state == "stalled":  # the watchdog's verdict; the record's `stall` names the lagging nodes
         stall = run.load().get("stall") or {}
@@ -525,18 +526,18 @@ def _failure_of(
 SETTLE_POLLS = 3
 
 
-def _running(nodes: dict[str, dict[str, Any]]) -> bool:
-    return any(n.get("state") == "running" for n in nodes.values())
+def _running(nodes: dict[str, contract.NodeStatus]) -> bool:
+    return any(n.get("state") == contract.RUNNING for n in nodes.values())
 
 
 def _settled(
-    job: Job, nodes: dict[str, dict[str, Any]], wait_s: float, interrupted: threading.Event
-) -> dict[str, dict[str, Any]]:
+    job: Job, nodes: dict[str, contract.NodeStatus], wait_s: float, interrupted: threading.Event
+) -> dict[str, contract.NodeStatus]:
     """Return ``nodes`` with the nodes that were still running polled once more (after ``wait_s``)."""
     if interrupted.wait(wait_s):
         return nodes
     later = job.poll()
-    return {h: later.get(h, n) if n.get("state") == "running" else n for h, n in nodes.items()}
+    return {h: later.get(h, n) if n.get("state") == contract.RUNNING else n for h, n in nodes.items()}
 
 
 def _ended_elsewhere(run: RunDir, out: IO[str]) -> bool:
@@ -548,7 +549,7 @@ def _ended_elsewhere(run: RunDir, out: IO[str]) -> bool:
     return True
 
 
-def _brief(node: dict[str, Any]) -> dict[str, Any]:
+def _brief(node: contract.NodeStatus) -> dict[str, Any]:
     return {k: v for k, v in node.items() if k != "log_tail"}
 
 
@@ -638,21 +639,21 @@ def _write_node_files(run: RunDir, plan: RunPlan) -> None:
         host_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name, data in plan.files.items():
             (host_dir / name).write_bytes(data)
-        job = dict(plan.jobs[host])
-        (host_dir / "job.json").write_text(json.dumps(job, indent=2) + "\n")
-        bundle = {
-            "files": {name: data.decode("utf-8") for name, data in plan.files.items()},  # rendered: UTF-8
-            "job": job,
-            "env": dict(plan.envs[host]),
-        }
-        fd = os.open(host_dir / "bundle.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        job = plan.jobs[host]
+        (host_dir / contract.JOB_FILE).write_text(json.dumps(job, indent=2) + "\n")
+        bundle = contract.Bundle(
+            files={name: data.decode("utf-8") for name, data in plan.files.items()},  # rendered: UTF-8
+            job=job,
+            env=dict(plan.envs[host]),
+        )
+        fd = os.open(host_dir / contract.BUNDLE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump(bundle, fh)
 
 
 def _remove_bundles(run: RunDir) -> None:
     """Delete the controller copies of the node bundles (secrets in clear; the record has them masked)."""
-    for path in run.files_dir.glob("*/bundle.json"):
+    for path in run.files_dir.glob(f"*/{contract.BUNDLE_FILE}"):
         path.unlink()
 
 
@@ -664,7 +665,7 @@ def _ship_and_follow(
     interrupted: threading.Event,
     detach: bool,
     out: IO[str],
-) -> ExitCode | tuple[Verdict, dict[str, dict[str, Any]], Job]:
+) -> ExitCode | tuple[Verdict, dict[str, contract.NodeStatus], Job]:
     """Start the plan's trainers and follow them; return the verdict, the last node states and the job (the
     caller finishes or retries), or OK once a detached run started."""
     spec, facts = plan.spec, plan.facts

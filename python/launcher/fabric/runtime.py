@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from launcher.data import mift_contract as contract
+
 # INFO shows the line (subsystem INIT); NET adds the chosen device ("NET/IB : Using [0]mlx5_0:1/RoCE"). Both
 # print while communicators and their connections are set up, nothing per collective (docs/launcher.md
 # "The transport at run time")
@@ -103,7 +105,7 @@ class TransportWatch:
     used: dict[str, list[str]] = field(default_factory=dict)
     named: set[str] = field(default_factory=set)
 
-    def observe(self, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], str]:
+    def observe(self, nodes: Mapping[str, contract.NodeStatus]) -> tuple[list[str], str]:
         """Take one poll's node states; return the lines to print now and the run's failure ('' if none).
 
         A node reporting ``Socket`` is named once: with ``socket_fallback: fail`` as the failure, with

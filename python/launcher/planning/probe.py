@@ -18,16 +18,18 @@ step's warm-up (CUDA graphs, allocator growth, DeepSpeed's first step) out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from launcher.planning.candidate import ProbeMeasure, ProbeOutcome
 from launcher.planning.memory import Cluster
 from launcher.planning.speed import step_time
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from launcher.planning.training import Candidate, TrainingPlan
+    from launcher.planning.candidate import Candidate
+    from launcher.planning.training import TrainingPlan
 
 # How many candidates a probe runs: the model's choice and the best of the next strategy. 2 keeps the 8B probe
 # under 2 minutes on the H200 (each run starts a trainer: ~35-45 s with 4 steps); 3 took 133 s there.
@@ -42,17 +44,6 @@ OTHER_STRATEGY_SHARE = 0.5
 # A candidate is not started with less budget left than this: a trainer start alone took 35-45 s on the H200
 # (a run started with 8 s left measured nothing; bench/gpu/results/grid4/).
 MIN_RUN_S = 30.0
-
-
-@dataclass(frozen=True)
-class ProbeMeasure:
-    """What one probed candidate did on the first node."""
-
-    candidate: Candidate
-    status: str  # measured | failed | skipped
-    node_tokens_per_s: float | None = None  # steady state, the first node's GPUs together
-    wall_s: float | None = None  # the whole probe run, start-up included
-    note: str = ""
 
 
 class Prober(Protocol):
@@ -107,68 +98,6 @@ def job_tokens_per_s(plan: TrainingPlan, candidate: Candidate, node_tokens_per_s
     local = step_time(workload, candidate.strategy, one_node, plan.accelerator, candidate.split.accumulation)
     extra = max(0.0, candidate.step.total - local.total)
     return c.world * candidate.step.tokens / (measured_step + extra)
-
-
-@dataclass(frozen=True)
-class ProbeOutcome:
-    """Every probed candidate and the pick (None: nothing measured, the model's choice stands)."""
-
-    measures: tuple[ProbeMeasure, ...]
-    job_tokens_per_s: tuple[float | None, ...]  # per measure, the job-wide estimate from its measurement
-    steps: int
-    budget_s: float
-
-    @property
-    def pick(self) -> Candidate | None:
-        """Return the measured candidate with the highest job tokens/s."""
-        best = self._best()
-        return best[1].candidate if best else None
-
-    @property
-    def pick_tokens_per_s(self) -> float | None:
-        """Return the pick's job tokens/s from its measurement."""
-        best = self._best()
-        return best[0] if best else None
-
-    def _best(self) -> tuple[float, ProbeMeasure] | None:
-        scored = [(t, m) for m, t in zip(self.measures, self.job_tokens_per_s, strict=True) if t is not None]
-        return max(scored, key=lambda tm: tm[0]) if scored else None
-
-    def reason(self) -> str:
-        """Return one paragraph: what was probed, what each measured, what won."""
-        parts = []
-        for m, t in zip(self.measures, self.job_tokens_per_s, strict=True):
-            what = m.candidate.describe()
-            if t is not None:
-                parts.append(f"{what}: {t:,.0f} measured (predicted {m.candidate.tokens_per_s:,.0f})")
-            else:
-                parts.append(f"{what}: {m.status}{' (' + m.note + ')' if m.note else ''}")
-        pick = self.pick
-        head = f"Probe ({self.steps} steps each on the first node): " + "; ".join(parts) + "."
-        if pick is None:
-            return head + " Nothing was measured: the model's choice stands."
-        return head + f" Picked by measurement: {pick.describe()}."
-
-    def as_json(self) -> dict[str, Any]:
-        """Return the probe as ``launcher plan --json`` and record.json carry it."""
-        pick = self.pick
-        return {
-            "steps": self.steps,
-            "budget_s": self.budget_s,
-            "pick": pick.as_json() if pick else None,
-            "runs": [
-                {
-                    **m.candidate.as_json(),
-                    "status": m.status,
-                    "predicted_tokens_per_s": round(m.candidate.tokens_per_s, 1),
-                    "node_tokens_per_s": round(m.node_tokens_per_s, 1) if m.node_tokens_per_s else None,
-                    "measured_tokens_per_s": round(t, 1) if t is not None else None,
-                    "wall_s": round(m.wall_s, 1) if m.wall_s is not None else None,
-                    "note": m.note,
-                }
-                for m, t in zip(self.measures, self.job_tokens_per_s, strict=True)
-            ],
-        }
 
 
 def probe_shortlist(plan: TrainingPlan, count: int = DEFAULT_CANDIDATES) -> list[Candidate]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
+from launcher.planning.candidate import Candidate, Split
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.hardware import MI300X, Accelerator
 from launcher.planning.memory import (
@@ -41,93 +42,21 @@ from launcher.planning.memory import (
     SAFETY_MARGIN,
     SPEED_RANK,
     Cluster,
-    Estimate,
     Strategy,
     Workload,
     estimate,
 )
 from launcher.planning.model import LINEAR_MODULES, ModelShape, resolve_shape
-from launcher.planning.speed import StepTime, achieved_efficiency, step_time
+from launcher.planning.speed import achieved_efficiency, step_time
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from launcher.planning.probe import ProbeOutcome
+    from launcher.planning.candidate import ProbeOutcome
 
 # LLaMA-Factory's flash_attn values (0.9.5: auto, disabled, sdpa, fa2, fa3) -> the attention the memory model
 # knows. "auto" leaves transformers' default, sdpa (LLaMA-Factory model_utils/attention.py).
 ATTENTION = {"auto": "sdpa", "sdpa": "sdpa", "fa2": "fa2", "fa3": "fa2", "disabled": "eager", "off": "eager"}
-
-
-@dataclass(frozen=True)
-class Split:
-    """How one GPU's share of the global batch is processed."""
-
-    micro_batch: int
-    accumulation: int
-    checkpointing: bool
-    liger: bool = False  # LLaMA-Factory's enable_liger_kernel
-
-    def describe(self) -> str:
-        """Return e.g. ``micro-batch 8 x accumulation 2, checkpointing off`` (``, liger`` when on)."""
-        return (
-            f"micro-batch {self.micro_batch} x accumulation {self.accumulation}, "
-            f"checkpointing {'on' if self.checkpointing else 'off'}{', liger' if self.liger else ''}"
-        )
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One strategy and split: its memory, predicted speed, and whether it fits."""
-
-    strategy: Strategy
-    split: Split
-    estimate: Estimate
-    step: StepTime
-    tokens_per_s: float  # the whole job
-    mfu: float  # model FLOPs (no recomputation) / peak, per GPU
-    fits_gpu: bool
-    fits_host: bool
-
-    @property
-    def fits(self) -> bool:
-        """Return True when both the GPU and the host estimates fit with the margin."""
-        return self.fits_gpu and self.fits_host
-
-    def describe(self) -> str:
-        """Return the strategy and split in words."""
-        return f"{self.strategy.label}, {self.split.describe()}"
-
-    def as_json(self) -> dict[str, Any]:
-        """Return one row of the candidate table."""
-        return {
-            "strategy": self.strategy.value,
-            "micro_batch": self.split.micro_batch,
-            "gradient_accumulation_steps": self.split.accumulation,
-            "gradient_checkpointing": self.split.checkpointing,
-            "liger": self.split.liger,
-            "gpu_mem_gib": round(self.estimate.gpu_total / GIB, 2),
-            "host_mem_gib": round(self.estimate.host / GIB, 2),
-            "tokens_per_s": round(self.tokens_per_s, 1),
-            "mfu": round(self.mfu, 4),
-            "step_s": round(self.step.total, 4),
-            "fits": self.fits,
-        }
-
-    def strategy_row(self) -> dict[str, Any]:
-        """Return the candidate's memory by component (one row of the per-strategy table, ``strategies``)."""
-        e = self.estimate
-        return {
-            "name": self.strategy.value,
-            "gpu_mem_gib": round(e.gpu_total / GIB, 2),
-            "host_mem_gib": round(e.host / GIB, 2),
-            "fits": self.fits,
-            "model_states_gib": round(e.model_states / GIB, 2),
-            "components_gib": {
-                k: round(getattr(e, k) / GIB, 2)
-                for k in ("weights", "gradients", "optimizer", "activations", "buffers", "runtime")
-            },
-        }
 
 
 def divisors(n: int) -> list[int]:
