@@ -83,14 +83,14 @@ class Judge:
         return self._lingering_master(master, master_done, settled, now)
 
     def _lingering_master(
-        self, master: dict[str, Any], master_done: bool, settled: list[str], now: float
+        self, master: contract.NodeStatus, master_done: bool, settled: list[str], now: float
     ) -> Verdict:
         """Training is over (the first node's outputs are complete, every other node ended) but the first
         node's trainer still runs: torchrun waits up to 300 s at exit for the other nodes' torchrun (its exit
         barrier), which a node whose rank aborted at exit never joins. After ``teardown_grace_s`` the run has
         succeeded and that trainer is stopped (``stop_lingering``) instead of idling for minutes."""
         others_ended = len(settled) == len(self.hosts) - 1 and self.hosts[0] not in settled
-        if not (master_done and others_ended and master.get("state") == "running"):
+        if not (master_done and others_ended and master.get("state") == contract.RUNNING):
             self.lingering_since = None
             return Verdict("running")
         if self.lingering_since is None:
