@@ -28,16 +28,21 @@ def steps_text(record: RunRecord) -> str:
     return "none logged"
 
 
+# how a train_loss that is not the trainer's own was made (metrics.Summary.train_loss_from)
+_TRAIN_LOSS_FROM = {"logged": ": the mean of every attempt's logged losses"}
+
+
 def summary_lines(record: RunRecord, run: RunDir) -> list[str]:
     """Return the summary of a finished run."""
     summary = record.summary
+    loss_from = _TRAIN_LOSS_FROM.get(str(summary.get("train_loss_from")), "")
     lines = [
         f"run {record.run_id}: {record.status}"
         + (f" ({record.result_reason})" if record.result_reason else ""),
         f"  nodes       {', '.join(record.hosts)}  (world size {summary.get('world_size') or '-'})",
         f"  steps       {steps_text(record)}",
         f"  final loss  {_num(summary.get('final_loss'), '.4f')}"
-        f"  (train_loss {_num(summary.get('train_loss'), '.4f')})",
+        f"  (train_loss {_num(summary.get('train_loss'), '.4f')}{loss_from})",
         f"  runtime     {_num(summary.get('train_runtime'), '.1f')} s"
         f"   tokens/s {_num(summary.get('tokens_per_s'), '.1f')}",
     ]

@@ -1008,3 +1008,18 @@ def test_a_spare_that_does_not_see_the_checkpoints_is_refused(lab, monkeypatch, 
         "spare host3: excluded: does not see checkpoint-4 in /srv/shared/blind-" in out
         and "which the others have: output_dir is not on a file system every node sees" in out
     ), out
+
+
+def test_the_train_loss_of_a_resumed_run_is_the_mean_of_every_attempts_logged_losses():
+    """transformers divides the resumed attempt's losses by every step (the p28 H100 run: 6.73 for losses
+    near 9): a resumed run's train_loss is the mean of the logged losses, said so; a run that was never
+    resumed keeps the trainer's."""
+    log = [{"current_steps": s, "loss": 9.0} for s in range(1, 16)]
+    log += [{"current_steps": s, "loss": 8.0} for s in range(11, 41)]
+    summary = summarize(log, {"train_loss": 8.0 * 30 / 40})
+    assert summary.train_loss == (10 * 9.0 + 30 * 8.0) / 40 and summary.train_loss_from == "logged"
+    plain = summarize([{"current_steps": s, "loss": 9.0} for s in range(1, 5)], {"train_loss": 9.0})
+    assert plain.train_loss == 9.0 and plain.train_loss_from == "trainer"
+    # resumed in a new output_dir: its log starts after the checkpoint; no whole-run mean can be made
+    late = summarize([{"current_steps": s, "loss": 8.0} for s in (11, 12, 11, 12)], {"train_loss": 4.0})
+    assert late.train_loss is None and late.train_loss_from is None
