@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import shutil
 import subprocess
 import time
@@ -23,13 +22,13 @@ from typing import Any
 import pytest
 import yaml
 
-from mift_testsupport.cluster import Cluster
+from mift_testsupport.cluster import INJECT_DIR, Cluster
 from mift_testsupport.image import provisioned_rig
 from mift_testsupport.launcher import finish
 from mift_testsupport.rig import rig_id_from_env
 
 from .conftest import JOBS
-from .test_watchdog import ENV, INJECT, INJECT_DIR, _install_injection
+from .test_watchdog import ENV
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -138,7 +137,7 @@ def _attempts(record: dict[str, Any]) -> list[str]:
 @pytest.fixture(scope="module")
 def reference(cluster: Cluster) -> dict[int, float]:
     """The uninterrupted run of the resume job (same seed and checkpoints): step -> loss."""
-    _install_injection(cluster)
+    cluster.install_injection()
     job = cluster.job("faults-rec-ref", max_steps=STEPS, save_steps=SAVE_STEPS, env=SLOW_ENV)
     out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
@@ -313,12 +312,7 @@ def test_spare_replaces_lost_node(tmp_path: Path, fault_record: dict[str, Any]) 
     SHARED.mkdir(parents=True)
     with provisioned_rig(SPARES_RIG_ID, 3, log=tmp_path / "image.log", shared_dir=str(SHARED)) as rig:
         cluster = Cluster(rig, tmp_path, real_backend=False, base=JOBS)
-        for host in (1, 2, 3):  # the slow 7th step (a TEST DOUBLE) lets the cut land at step 6
-            cluster.ssh(
-                host,
-                f"mkdir -p {INJECT_DIR} && printf %s {shlex.quote(INJECT.read_text())} > "
-                f"{INJECT_DIR}/sitecustomize.py",
-            )
+        cluster.install_injection()  # hosts 1-3: the slow 7th step (a TEST DOUBLE): the cut lands at step 6
         inventory = _spares_inventory(rig.inventory, tmp_path / "spares.yml")
         name = "faults-rec-spare"
         job = cluster.job(

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from launcher.jobspec import JobSpec
-from mift_testsupport.cluster import RANKS_PER_HOST, Cluster
+from mift_testsupport.cluster import INJECT_DIR, RANKS_PER_HOST, Cluster
 from mift_testsupport.launcher import finish
 
 from .conftest import HOSTS
@@ -29,8 +29,6 @@ from .test_faults import LONG_STEPS
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
-INJECT_DIR = "/opt/mift-faults/inject"
-INJECT = Path(__file__).resolve().parent / "inject" / "sitecustomize.py"
 # short windows: 20 s between steps (the tiny model steps every 1-3 s here), 5 minutes for the first step (the
 # trainer's start-up on the shared 2 cores), 60 s for a save
 WATCHDOG = {"k": 5, "floor_s": 20, "first_step_s": 300, "save_s": 60, "eval_s": 60}
@@ -39,15 +37,6 @@ SLOW_S = 45  # the injected slowness: more than the 20 s step window, less than 
 # poll's own time (ansible-playbook on the loaded 2 cores: up to ~10 s) after it
 POLL_SLACK_S = JobSpec.model_fields["poll_interval_s"].default + 10.0
 ENV = {"OMP_NUM_THREADS": 1, "DS_ACCELERATOR": "cpu"}
-
-
-def _install_injection(cluster: Cluster) -> None:
-    text = INJECT.read_text()
-    for host in HOSTS:
-        cluster.ssh(
-            host,
-            f"mkdir -p {INJECT_DIR} && printf %s {shlex.quote(text)} > {INJECT_DIR}/sitecustomize.py",
-        )
 
 
 def _host_step(cluster: Cluster, host: int, run_id: str) -> int:
@@ -178,7 +167,7 @@ def test_a_slow_first_step_and_a_slow_save_are_no_stall(
         f"checkpoint save (save_steps 4 of 8 steps); watchdog {WATCHDOG}",
         expected="run exits 0, status succeeded (no stall); both injected sleeps ran on every rank",
     )
-    _install_injection(cluster)
+    cluster.install_injection()
     name = "faults-slow-first-step-and-save"
     env = {
         **ENV,

@@ -20,21 +20,18 @@ checkpoint complete on both nodes and finishes, every attempt in the record.
 from __future__ import annotations
 
 import json
-import shlex
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from mift_testsupport.cluster import Cluster
+from mift_testsupport.cluster import INJECT_DIR, Cluster
 from mift_testsupport.fixtures import rig_ready_or_skip
 from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.launcher import finish
 from mift_testsupport.rig import rig_id_from_env
 from mift_testsupport.slurm import (
     HEAD,
-    NODES,
     kill_and_follow,
     provision_slurm,
     run_to_success,
@@ -181,8 +178,6 @@ def test_stop_cancels_a_running_job_and_leaves_nothing(cluster: Cluster) -> None
 REQUEUE_STEPS = 24
 # the trainer's slowness (tests/faults/inject/sitecustomize.py, a TEST DOUBLE put first on its PYTHONPATH):
 # every training step sleeps 1 s first, so that an attempt outlasts Slurm's time-limit check (every 30 s)
-INJECT = Path(__file__).parents[1] / "faults" / "inject" / "sitecustomize.py"
-INJECT_DIR = "/opt/mift-faults/inject"
 SLOW_ENV = {
     "OMP_NUM_THREADS": 1,
     "DS_ACCELERATOR": "cpu",
@@ -200,9 +195,7 @@ def test_a_requeued_job_resumes_from_its_last_checkpoint_after_a_node_failure_an
     batch script, which requeues the job; the third attempt finishes. Each restart resumes from the last
     checkpoint complete on both nodes, and the record lists the three attempts."""
     t0 = time.monotonic()
-    for host in NODES:
-        text = shlex.quote(INJECT.read_text())
-        cluster.ssh(host, f"mkdir -p {INJECT_DIR} && printf %s {text} > {INJECT_DIR}/sitecustomize.py")
+    cluster.install_injection()
     job = cluster.job(
         "slurm-requeue",
         hosts="slurm_nodes",
