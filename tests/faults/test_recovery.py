@@ -42,8 +42,8 @@ FAST = {"backoff_s": 1}  # the suite's retries wait 1 s, not the default 30
 # are not touched, and the reference run gets the same environment
 SLOW_ENV = {**ENV, "PYTHONPATH": INJECT_DIR, "MIFT_FAULTS_SLOW_STEPS": f"{KILL_AT + 1}:8"}
 # the spare case: 2 trainers and 1 spare of their own rig, the output_dir in a folder all 3 share
-# 5: in CI the faults stage follows the image, launcher-e2e and slurm-e2e on rig 5 in the same lane (7 and 8
-# are the other lane's kernel_upgrade and plan-global-batch, at the same time)
+# (default 5; CI's faults-recovery stage runs after molecule kernel_upgrade and plan-global-batch in the same
+# lane: FAULTS_SPARES_RIG_ID=7, FAULTS_RIG_ID=8)
 SPARES_RIG_ID = rig_id_from_env("FAULTS_SPARES_RIG_ID", 5)
 SHARED = Path(f"/srv/mift{SPARES_RIG_ID}-shared")  # the same path on the controller and in every host
 
