@@ -89,7 +89,8 @@ class Judge:
         node's trainer still runs: torchrun waits up to 300 s at exit for the other nodes' torchrun (its exit
         barrier), which a node whose rank aborted at exit never joins. After ``teardown_grace_s`` the run has
         succeeded and that trainer is stopped (``stop_lingering``) instead of idling for minutes."""
-        others_ended = len(settled) == len(self.hosts) - 1 and self.hosts[0] not in settled
+        # a running first node is not in settled: every other node is
+        others_ended = len(settled) == len(self.hosts) - 1
         if not (master_done and others_ended and master.get("state") == contract.RUNNING):
             self.lingering_since = None
             return Verdict("running")
