@@ -100,7 +100,6 @@ _GPU_RE = re.compile(
     r"HIP error|CUDA error|hipError[A-Za-z]+|cudaError[A-Za-z]+|NCCL error|RCCL error|ncclInternalError|"
     r"ncclUnhandledCudaError|uncorrectable ECC|ECC error|GPU Hang|HW Exception",
 )
-SHELL_SIGNAL_BASE = 128
 _HOST_REASON_RE = re.compile(r"^([^:\s]+): (.*)$")
 
 
@@ -148,7 +147,7 @@ def _node_kind(node: contract.NodeStatus) -> str | None:  # noqa: PLR0911 - one 
     if _OOM_RE.search(text):
         return "oom"
     rc = node.get("rc")
-    if isinstance(rc, int) and _signalled(rc):
+    if isinstance(rc, int) and contract.killed_by_signal(rc):
         return "trainer_signal"
     exits = node.get("rank_exits")
     if isinstance(exits, list) and exits:  # torchrun's report: the rank exits decide, not its lines
@@ -167,11 +166,6 @@ def outside_signals(exits: Sequence[Mapping[str, Any]]) -> list[int]:
     codes = [int(e.get("exitcode") or 0) for e in exits]
     by_itself = any(code > 0 for code in codes)
     return [-code for code in codes if code < 0 and not (by_itself and -code == signal.SIGTERM)]
-
-
-def _signalled(rc: int) -> bool:
-    """Return True for the exit status of a process killed by a signal (Python: -N; a shell: 128+N)."""
-    return rc < 0 or rc >= SHELL_SIGNAL_BASE
 
 
 def classify(  # noqa: PLR0911 - one return per kind the judge's line names
@@ -205,7 +199,7 @@ def classify(  # noqa: PLR0911 - one return per kind the judge's line names
     if "rc=" in what:
         rc = re.search(r"rc=(-?\d+)", what)
         code = int(rc.group(1)) if rc else 1
-        return Failure("trainer_signal" if _signalled(code) else "trainer_error", host, reason)
+        return Failure("trainer_signal" if contract.killed_by_signal(code) else "trainer_error", host, reason)
     return Failure("trainer_error", host, reason)
 
 

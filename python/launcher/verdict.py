@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from launcher.data import mift_contract as contract
 from launcher.telemetry import first_gpu_fault
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 UNREACHABLE_LIMIT = 3  # consecutive polls without an answer before a node counts as vanished
 # ... or this many seconds (and at least 2 polls) without an answer: a node cut off the network is given up
@@ -46,6 +50,7 @@ class Judge:
         if fault := first_gpu_fault(self.hosts, nodes):  # a broken GPU fails the run as a dead trainer does
             return Verdict("failed", fault)
         settled: list[str] = []
+        failed: list[str] = []
         for host in self.hosts:
             node = nodes.get(host, {"state": contract.UNREACHABLE})
             state = node.get("state")
@@ -70,9 +75,12 @@ class Judge:
                     first = self.first_abort_seen.setdefault(host, now)
                     if now - first < self.teardown_grace_s:
                         continue
-                return Verdict("failed", f"{host}: trainer exited rc={node.get('rc')}")
+                failed.append(host)
             if state == contract.FINISHED:
                 settled.append(host)
+        if failed:
+            host = first_cause(failed, nodes)
+            return Verdict("failed", f"{host}: trainer exited rc={nodes[host].get('rc')}")
         if len(settled) == len(self.hosts):
             if master_done:
                 return Verdict("succeeded")
@@ -105,6 +113,22 @@ class Judge:
             f"running {waited:.0f} s later (torchrun's exit barrier); stopped",
             stop_lingering=True,
         )
+
+
+def first_cause(failed: list[str], nodes: Mapping[str, contract.NodeStatus]) -> str:
+    """Return the node whose failure caused the others' (``failed``: hosts in inventory order, each seen
+    failed in the same poll). A trainer killed by a signal (rc < 0, or a shell's 128 + N) makes its peers'
+    ranks fail with a collective error (rc 1) a moment later: the killed one, then the earliest to end, is
+    named, whichever comes first in the inventory."""
+
+    def rank(host: str) -> tuple[bool, float]:
+        node = nodes[host]
+        rc = node.get("rc")
+        killed = isinstance(rc, int) and contract.killed_by_signal(rc)
+        ended = node.get("ended_at")
+        return (not killed, float(ended) if isinstance(ended, (int, float)) else float("inf"))
+
+    return min(failed, key=rank)  # min keeps the inventory order among equals
 
 
 def settled_notes(nodes: dict[str, contract.NodeStatus]) -> list[str]:

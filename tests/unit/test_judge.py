@@ -36,6 +36,18 @@ def test_any_failed_or_vanished_node_fails_the_job() -> None:
     assert judge()({"h1": RUN, "h2": {"state": "stopped"}}).state == "stopped"
 
 
+def test_when_several_nodes_failed_the_cause_is_named_not_the_first_in_the_inventory() -> None:
+    # host2's trainer was killed; host1's ranks then failed on the broken collective, seen in the same poll
+    collateral = {"state": "failed", "rc": 1, "ended_at": 1000.9}
+    killed = {"state": "failed", "rc": -9, "ended_at": 1000.2}
+    assert judge()({"h1": collateral, "h2": killed}).reason == "h2: trainer exited rc=-9"
+    assert judge()({"h1": collateral, "h2": dict(killed, rc=137)}).reason == "h2: trainer exited rc=137"
+    # no signal: the node that ended first is the cause; without times, the inventory's order
+    assert judge()({"h1": collateral, "h2": dict(killed, rc=1)}).reason == "h2: trainer exited rc=1"
+    plain = {"state": "failed", "rc": 1}
+    assert judge()({"h1": plain, "h2": plain}).reason == "h1: trainer exited rc=1"
+
+
 def test_teardown_abort_after_finished_training_is_tolerated() -> None:
     abort = {"state": "failed", "rc": 1, "teardown_abort": True}
     j = judge()

@@ -39,7 +39,7 @@ from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.inventory import group_members, inventory_var
 from launcher.nodelayout import layout
-from launcher.verdict import Verdict
+from launcher.verdict import Verdict, first_cause
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -431,16 +431,16 @@ def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, contract.No
 
 
 def first_failure(nodes: Mapping[str, contract.NodeStatus]) -> str:
-    """Return ``host: trainer exited rc=N`` for the node whose trainer failed first ('' when none did); a
-    node that recorded why (the in-allocation preflight) says that instead, and a rank its Slurm node."""
-    failed = [
-        (float(n.get("ended_at") or 0), h, n)
-        for h, n in nodes.items()
-        if n.get("state") == contract.FAILED and n.get("rc") not in (0, None)
-    ]
+    """Return ``host: trainer exited rc=N`` for the node whose failure caused the others' (``first_cause``;
+    '' when none failed); a node that recorded why (the in-allocation preflight) says that instead, and a
+    rank its Slurm node."""
+    failed = sorted(
+        h for h, n in nodes.items() if n.get("state") == contract.FAILED and n.get("rc") not in (0, None)
+    )
     if not failed:
         return ""
-    _, host, node = min(failed, key=lambda f: (f[0], f[1]))
+    host = first_cause(failed, nodes)
+    node = nodes[host]
     where = host if node.get("slurm_node") in (None, host) else f"{host} ({node['slurm_node']})"
     reason = node.get("reason") or f"trainer exited rc={node.get('rc')}"
     return f"{where}: {reason}"

@@ -151,6 +151,14 @@ class CollectResult(TypedDict):
     gpu_after: dict[str, Any] | None  # mift_gpu.after_check: the GPUs idle and healthy after the run
 
 
+SHELL_SIGNAL_BASE: Final = 128  # a shell reports a process killed by signal N as exit status 128 + N
+
+
+def killed_by_signal(rc: int) -> bool:
+    """Return True for the exit status of a trainer killed by a signal (Python: -N; a shell: 128+N)."""
+    return rc < 0 or rc >= SHELL_SIGNAL_BASE
+
+
 class ContractError(ValueError):
     """A contract file that does not hold what the contract says."""
 
