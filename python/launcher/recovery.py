@@ -155,6 +155,14 @@ def _node_kind(node: contract.NodeStatus) -> str | None:  # noqa: PLR0911 - one 
     return "trainer_signal" if _SIGNAL_RE.search(text) else "trainer_error"
 
 
+def cause_order(node: contract.NodeStatus) -> int:
+    """Return where a failed node's failure ranks as the cause of the others' (0 first, ``_PRIORITY``): a
+    node lost, a GPU error, out of memory, a rank killed by a signal come before a rank that failed by itself,
+    which is what its peers do when a collective breaks under them."""
+    kind = _node_kind(node)
+    return _PRIORITY.index(kind) if kind in _PRIORITY else len(_PRIORITY)
+
+
 def outside_signals(exits: Sequence[Mapping[str, Any]]) -> list[int]:
     """Return the signals that killed ranks from outside, from torchrun's report (``rank_exits``: each failed
     rank's ``exitcode``, -N for signal N).

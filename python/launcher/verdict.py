@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from launcher.data import mift_contract as contract
+from launcher.recovery import cause_order
 from launcher.telemetry import first_gpu_fault
 
 if TYPE_CHECKING:
@@ -117,16 +118,14 @@ class Judge:
 
 def first_cause(failed: list[str], nodes: Mapping[str, contract.NodeStatus]) -> str:
     """Return the node whose failure caused the others' (``failed``: hosts in inventory order, each seen
-    failed in the same poll). A trainer killed by a signal (rc < 0, or a shell's 128 + N) makes its peers'
-    ranks fail with a collective error (rc 1) a moment later: the killed one, then the earliest to end, is
-    named, whichever comes first in the inventory."""
+    failed in the same poll). A rank killed on host2 makes host1's ranks fail on the broken collective a
+    moment later: the cause ranks first (``recovery.cause_order``: a rank killed by a signal before one that
+    failed by itself), then the node that ended first, then the inventory's order."""
 
-    def rank(host: str) -> tuple[bool, float]:
+    def rank(host: str) -> tuple[int, float]:
         node = nodes[host]
-        rc = node.get("rc")
-        killed = isinstance(rc, int) and contract.killed_by_signal(rc)
         ended = node.get("ended_at")
-        return (not killed, float(ended) if isinstance(ended, (int, float)) else float("inf"))
+        return (cause_order(node), float(ended) if isinstance(ended, (int, float)) else float("inf"))
 
     return min(failed, key=rank)  # min keeps the inventory order among equals
 

@@ -46,6 +46,10 @@ def test_when_several_nodes_failed_the_cause_is_named_not_the_first_in_the_inven
     assert judge()({"h1": collateral, "h2": dict(killed, rc=1)}).reason == "h2: trainer exited rc=1"
     plain = {"state": "failed", "rc": 1}
     assert judge()({"h1": plain, "h2": plain}).reason == "h1: trainer exited rc=1"
+    # a rank SIGKILLed on h2: torchrun exits 1 there too; its report (rank_exits) tells the cause apart
+    killed_rank = dict(plain, rank_exits=[{"rank": 3, "exitcode": -9}, {"rank": 2, "exitcode": -15}])
+    peer = dict(plain, rank_exits=[{"rank": 0, "exitcode": 1}, {"rank": 1, "exitcode": -15}], ended_at=1.0)
+    assert judge()({"h1": peer, "h2": dict(killed_rank, ended_at=2.0)}).reason == "h2: trainer exited rc=1"
 
 
 def test_teardown_abort_after_finished_training_is_tolerated() -> None:
