@@ -22,6 +22,10 @@ Failure kinds (``FAILURE_KINDS``):
   larger margin (``launcher.planning.training.replan_after_oom``, done by the engine); ``oom`` cannot be named
   in ``retry_on``.
 * ``trainer_error`` -- the trainer exited non-zero by itself (a Python error: a bug, a bad path).
+  A rank whose collective broke under it because a peer went away (gloo's ``Connection closed by peer``,
+  NCCL/RCCL's ``NCCL error in: ..., remote process exited or there was a network error`` and
+  ``ncclRemoteError``) failed "by itself" too, never as a GPU error: it is the consequence of another node's
+  failure, and must not exclude its healthy node nor outrank the cause (a rank killed on host2).
 * ``start_failed`` -- the launch playbook failed on a node.
 * ``incomplete_output`` -- every trainer ended but the first node's output_dir lacks the results.
 * ``timeout`` -- the job spec's ``timeouts.job_s`` was reached.
@@ -96,6 +100,12 @@ FIXED_PLAN_OOM = (
 _PRIORITY = ("node_lost", "gpu_error", "oom", "trainer_signal", "stall", "trainer_error")
 _SIGNAL_RE = re.compile(r"Signal (\d+) \((SIG[A-Z0-9]+)\) received|exitcode\s*:\s*-(\d+)")
 _OOM_RE = re.compile(r"out of memory|OutOfMemoryError|MemoryError", re.IGNORECASE)
+# a collective that broke because a peer went away (or the network): gloo's, and NCCL/RCCL's (torch's
+# DistBackendError "NCCL error in: ..., remote process exited or there was a network error" + ncclRemoteError)
+_PEER_RE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|ncclRemoteError|"
+    r"remote process exited or there was a network error|remote process exiting prematurely"
+)
 _GPU_RE = re.compile(
     r"HIP error|CUDA error|hipError[A-Za-z]+|cudaError[A-Za-z]+|NCCL error|RCCL error|ncclInternalError|"
     r"ncclUnhandledCudaError|uncorrectable ECC|ECC error|GPU Hang|HW Exception",
@@ -142,9 +152,10 @@ def _node_kind(node: contract.NodeStatus) -> str | None:  # noqa: PLR0911 - one 
     if state != contract.FAILED:
         return None
     text = _node_text(node)
-    if _GPU_RE.search(text):
+    own = "\n".join(line for line in text.splitlines() if not _PEER_RE.search(line))  # the node's own errors
+    if _GPU_RE.search(own):
         return "gpu_error"
-    if _OOM_RE.search(text):
+    if _OOM_RE.search(own):
         return "oom"
     rc = node.get("rc")
     if isinstance(rc, int) and contract.killed_by_signal(rc):

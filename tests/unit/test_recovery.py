@@ -23,6 +23,7 @@ from launcher.recovery import Failure, classify, decide
 from launcher.report import attempt_lines
 from launcher.runner import PlaybookResult
 from launcher.runs import RunRecord
+from launcher.verdict import Judge
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "python" / "launcher" / "data"))
 import mift_agent  # the agent is a script: importable once its folder is on the path
@@ -95,6 +96,30 @@ def test_a_rank_killed_from_outside_is_trainer_signal_on_its_node_whichever_node
     failure = classify(f"{named}: trainer exited rc=1", nodes)
     assert (failure.kind, failure.host) == ("trainer_signal", "host2"), failure
     assert decide(RecoveryPolicy(), [], failure).retry
+
+
+# torch's message when an NCCL/RCCL collective breaks because a peer went away (the text of NVIDIA/nccl issues
+# #2076 and #934, where torch raised it): on a GPU cluster it is what host1's ranks say when host2's is killed
+NCCL_PEER_GONE = [
+    "torch.distributed.DistBackendError: NCCL error in: "
+    "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1347, "
+    "remote process exited or there was a network error, NCCL version 2.18.5",
+    "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+]
+
+
+@pytest.mark.parametrize("named", ["host1", "host2"])
+def test_a_collective_broken_by_a_killed_peer_is_no_gpu_error_and_does_not_outrank_the_kill(named: str):
+    host1 = _failed_node("rank-killed.node0.log")
+    host1["failure_lines"] = NCCL_PEER_GONE + host1["failure_lines"]
+    nodes = {"host1": host1, "host2": _failed_node("rank-killed.node1.log")}
+    failure = classify(f"{named}: trainer exited rc=1", nodes)
+    assert (failure.kind, failure.host) == ("trainer_signal", "host2"), failure
+    assert recovery.excluded_after(failure, []) is None  # host1's healthy GPUs are not excluded
+    assert Judge(["host1", "host2"])(nodes).reason == "host2: trainer exited rc=1"
+    # a GPU error of host1's own still is one, next to the peer lines
+    host1["failure_lines"] = [*NCCL_PEER_GONE, "RuntimeError: HIP error: an illegal memory access"]
+    assert classify(f"{named}: trainer exited rc=1", nodes).kind == "gpu_error"
 
 
 @pytest.mark.parametrize(
