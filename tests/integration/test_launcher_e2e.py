@@ -10,8 +10,8 @@ supervisor) ends with no trainer process on either host within 30 s, the cause n
 ``validate`` of the seed DeepSpeed JSON exits 2 naming the key.
 
 Ctrl-C while following and ``stop`` of a run no launcher follows are the faults suite's (``ctrl-c-follow``,
-``launcher-sigkill``, with more asserted) and the local tier's (``test_launcher_local.py``: also ``--detach``);
-one behaviour is tested once per tier (docs/testing.md "One behaviour, one run per tier").
+``launcher-sigkill``, with more asserted) and the local tier's (``test_launcher_local.py``: also
+``--detach``); one behaviour is tested once per tier (docs/testing.md "One behaviour, one run per tier").
 """
 
 from __future__ import annotations
