@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-pytest_plugins = ("mift_testsupport.fixtures",)
+pytest_plugins = ("mift_testsupport.fixtures", "mift_testsupport.case_cpu")
