@@ -29,6 +29,8 @@ from mift_testsupport.paths import REPO_ROOT
 from mift_testsupport.rig import rig_id_from_env
 from mift_testsupport.trainers import TRAINER_PATTERN
 
+from .stopped_run import Stopped, stop_a_run
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -92,6 +94,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     work = tmp_path_factory.mktemp("faults")
     with provisioned_rig(RIG_ID, len(HOSTS), log=work / "image-provision.log") as rig:
         yield Cluster(rig, work, real_backend=False, base=JOBS)
+
+
+@pytest.fixture(scope="session")
+def stopped(cluster: Cluster) -> Stopped:
+    """The one run Ctrl-C'd while followed, once checkpoint-4 exists (``stopped_run``): ``ctrl-c-follow``
+    checks its stop, the resume cases continue it."""
+    return stop_a_run(cluster)
 
 
 # --- results: every test fills a record; the outcome is added from the test report ----------------------

@@ -18,6 +18,7 @@ from mift_testsupport.cluster import Cluster
 from mift_testsupport.launcher import finish
 
 from .conftest import HOSTS
+from .stopped_run import Stopped
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -139,30 +140,28 @@ def _wait_status(
     raise AssertionError(f"status {status} not reached within {seconds:.0f} s")
 
 
-@pytest.mark.parametrize("phase", ["validate", "preflight", "start", "follow"])
+@pytest.mark.parametrize("phase", ["validate", "preflight", "start"])
 def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> None:
-    """Ctrl-C (SIGINT) at each phase of `run`: the launcher ends, nothing runs on any host within 30 s."""
+    """Ctrl-C (SIGINT) at each phase of `run` before the trainers train: the launcher ends, nothing runs on
+    any host within 30 s. During follow: ``test_ctrl_c_while_following``."""
     fault_record.update(
         case=f"ctrl-c-{phase}",
         group="2 faults",
         input=f"SIGINT to `python -m launcher run` during {phase}",
         expected="no trainer on any host within 30 s of the SIGINT (watched while the launcher stops and "
         "collects); launcher exits 1 within 60 s; no process left after it; run stopped (or never created, "
-        "for validate)" + ("; logs kept" if phase == "follow" else ""),
+        "for validate)",
     )
     name = f"faults-int-{phase}"
     job = cluster.job(name, max_steps=LONG_STEPS, paced=True)
     # validate with the real DeepSpeed/LLaMA-Factory classes: importing them takes long enough to interrupt it
     proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory), real_backend=phase == "validate")
-    run_id = ""
     try:
         if phase == "validate":
             # the validate phase ends with the inventory check (an ansible-inventory child): interrupt
             # it there. No assertion before the SIGINT (a failed precondition must never leave a job
             # running on the rig): that it landed in validate is checked after (no run directory)
             _wait_child(proc, "ansible-inventory", 120)
-        elif phase == "follow":
-            run_id = cluster.wait_step(cluster.run_id_of(name), proc)
         else:
             _wait_status(cluster, name, {"preflight": "preflight", "start": "starting"}[phase], proc, 600)
     except AssertionError:  # never leave the launcher (and a job) running on the shared rig
@@ -174,13 +173,9 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
     took, ended = cluster.watch_until_clean(proc, t0)
     out = finish(proc, log, timeout=10)
     rec = cluster.record(name)
-    run_id = run_id or str(rec.get("run_id", ""))
-    missing = _logs_kept(cluster, name, run_id) if phase == "follow" else []
     fault_record["observed"] = (
         f"last trainer process seen {took:.1f} s after SIGINT; launcher exit {proc.returncode} after "
-        f"{ended:.1f} s; nothing left after it; "
-        f"status {rec.get('status', 'no run directory')}"
-        + (f"; logs missing: {missing or 'none'}" if phase == "follow" else "")
+        f"{ended:.1f} s; nothing left after it; status {rec.get('status', 'no run directory')}"
     )
     assert proc.returncode == 1, out[-3000:]
     assert took <= BOUND_S, f"trainer processes seen {took:.1f} s after SIGINT"
@@ -189,6 +184,29 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
         assert not rec, rec
     else:
         assert rec.get("status") in ("stopped", "rejected"), rec.get("timeline")
+
+
+def test_ctrl_c_while_following(cluster: Cluster, stopped: Stopped, fault_record: dict[str, Any]) -> None:
+    """Ctrl-C (SIGINT) while `run` follows the training: the suite's one stopped run (``stopped_run``, which
+    the resume cases continue), interrupted once checkpoint-4 exists."""
+    fault_record.update(
+        case="ctrl-c-follow",
+        group="2 faults",
+        input="SIGINT to `python -m launcher run` during follow (once checkpoint-4 exists; the run the "
+        "resume cases continue)",
+        expected="no trainer on any host within 30 s of the SIGINT (watched while the launcher stops and "
+        "collects); launcher exits 1 within 60 s; no process left after it; run stopped; logs kept",
+    )
+    missing = _logs_kept(cluster, "faults-resume", stopped.run_id)
+    fault_record["observed"] = (
+        f"last trainer process seen {stopped.took:.1f} s after SIGINT; launcher exit {stopped.rc} after "
+        f"{stopped.ended:.1f} s; nothing left after it; status {stopped.status}; logs missing: "
+        f"{missing or 'none'}"
+    )
+    assert stopped.rc == 1, stopped.out
+    assert stopped.took <= BOUND_S, f"trainer processes seen {stopped.took:.1f} s after SIGINT"
+    assert stopped.ended <= 2 * BOUND_S, f"launcher exited {stopped.ended:.1f} s after SIGINT"
+    assert stopped.status == "stopped", stopped.out
     assert not missing, missing
 
 

@@ -4,12 +4,9 @@ twice in a row (the second run changes nothing).
 
 from __future__ import annotations
 
-import json
 import re
-import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,77 +16,9 @@ from mift_testsupport.cluster import Cluster
 from mift_testsupport.paths import REPO_ROOT
 from mift_testsupport.provision import provision_argv, recap, tiny_model
 
-from .conftest import HOSTS
+from .stopped_run import RESUME_COPY, RESUME_STEPS, Stopped, logged_steps
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
-
-RESUME_OUT = "/var/lib/mift/output/faults-resume"
-# about a step a second here: enough steps that the Ctrl-C (which takes seconds to reach the nodes) lands
-# before the end, few enough that the resumed run finishes soon. It is sent once checkpoint-4 exists; at load
-# 8-12 on the 2-core controller the runs stopped at steps 21 and 24 (with 30 steps: too little slack)
-RESUME_STEPS = 40
-
-
-# the job-spec route resumes a copy of the stopped run's output_dir (the same files, another folder): one
-# stopped run serves both routes
-RESUME_COPY = f"{RESUME_OUT}-copy"
-
-
-@dataclass(frozen=True)
-class Stopped:
-    """The run both resume cases continue: stopped (Ctrl-C) after checkpoint-4, its output_dir copied."""
-
-    run_id: str
-    last: int  # the last checkpoint complete on every node
-    stopped_at: int  # the last step it logged
-    logged: int  # the lines of its trainer_log.jsonl
-
-
-def _steps(cluster: Cluster, host: int, output_dir: str = RESUME_OUT) -> list[int]:
-    text = cluster.ssh(host, f"cat {output_dir}/trainer_log.jsonl 2>/dev/null; true")
-    steps = []
-    for line in text.splitlines():
-        try:
-            steps.append(int(json.loads(line)["current_steps"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return steps
-
-
-@pytest.fixture(scope="module")
-def stopped(cluster: Cluster) -> Stopped:
-    """Run a RESUME_STEPS-step job saving every 4 steps into RESUME_OUT; Ctrl-C it once checkpoint-4 exists;
-    copy its output_dir to RESUME_COPY on every node (before either case resumes it)."""
-    for host in HOSTS:
-        cluster.ssh(host, f"rm -rf {RESUME_OUT} {RESUME_COPY}")
-    name = "faults-resume"
-    job = cluster.job(name, max_steps=RESUME_STEPS, save_steps=4, output_dir=RESUME_OUT)
-    proc, log = cluster.start("run", str(job), "-i", str(cluster.inventory))
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        if cluster.ssh(1, f"test -d {RESUME_OUT}/checkpoint-4 && echo yes", check=False).strip():
-            break
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=300)
-    record = cluster.record(name)
-    assert record.get("status") == "stopped", log.read_text()[-3000:]
-    for host in HOSTS:
-        cluster.ssh(host, f"cp -a {RESUME_OUT} {RESUME_COPY}")
-    steps = _steps(cluster, 1)
-    return Stopped(str(record["run_id"]), _last_complete_checkpoint(cluster), max(steps or [0]), len(steps))
-
-
-def _last_complete_checkpoint(cluster: Cluster) -> int:
-    """The step a resume must start after: the last checkpoint complete (trainer_state.json written) on every
-    node. A Ctrl-C that lands while a checkpoint is being saved leaves that folder cut short on one node or
-    both (CI saw checkpoint-16 listed, 12 the last complete one); docs/launcher.md: resume skips such folders.
-    """
-    complete = []
-    for host in HOSTS:
-        listed = cluster.ssh(host, f"ls {RESUME_OUT}/checkpoint-*/trainer_state.json 2>/dev/null; true")
-        complete.append({int(m) for m in re.findall(r"checkpoint-(\d+)/trainer_state\.json", listed)})
-    return max(set.intersection(*complete), default=0)
 
 
 def test_resume_run_option(cluster: Cluster, stopped: Stopped, fault_record: dict[str, Any]) -> None:
@@ -105,9 +34,10 @@ def test_resume_run_option(cluster: Cluster, stopped: Stopped, fault_record: dic
     if "--resume" not in helptext:
         fault_record["observed"] = "`python -m launcher run --help` has no --resume option; not tried"
         pytest.fail("`run` has no --resume option")
+    assert stopped.status == "stopped", stopped.out
     run_id, last, stopped_at, logged = stopped.run_id, stopped.last, stopped.stopped_at, stopped.logged
     out = cluster.run("run", "--resume", run_id, "-i", str(cluster.inventory), timeout=900)
-    new = _steps(cluster, 1)[logged:]
+    new = logged_steps(cluster, 1)[logged:]
     fault_record["observed"] = (
         f"first run stopped at step {stopped_at}, checkpoints up to {last}; `run --resume` exit "
         f"{out.returncode}; its logged steps {new[:2]}...{new[-1:]}"
@@ -134,7 +64,7 @@ def test_resume_via_job_spec(cluster: Cluster, stopped: Stopped, fault_record: d
     job2 = cluster.job(f"{name}-b", max_steps=RESUME_STEPS, output_dir=RESUME_COPY, resume=True)
     out = cluster.run("run", str(job2), "-i", str(cluster.inventory), timeout=900)
     # LLaMA-Factory appends to trainer_log.jsonl when resuming: lines after the first run's are the new ones
-    new = _steps(cluster, 1, RESUME_COPY)[logged:]
+    new = logged_steps(cluster, 1, RESUME_COPY)[logged:]
     fault_record["observed"] = (
         f"first run stopped at step {stopped_at} with checkpoints up to {last}; "
         f"second run exit {out.returncode}, "
