@@ -29,6 +29,7 @@ from mift_testsupport.paths import REPO_ROOT
 from mift_testsupport.rig import rig_id_from_env
 from mift_testsupport.trainers import TRAINER_PATTERN
 
+from .finished_run import Finished, finish_a_run
 from .stopped_run import Stopped, stop_a_run
 
 if TYPE_CHECKING:
@@ -101,6 +102,13 @@ def stopped(cluster: Cluster) -> Stopped:
     """The one run Ctrl-C'd while followed, once checkpoint-4 exists (``stopped_run``): ``ctrl-c-follow``
     checks its stop, the resume cases continue it."""
     return stop_a_run(cluster)
+
+
+@pytest.fixture(scope="session")
+def finished(cluster: Cluster) -> Finished:
+    """The one uninterrupted run of the recovery job (``finished_run``): the recovery cases' reference losses,
+    the secrets case's leak check."""
+    return finish_a_run(cluster)
 
 
 # --- results: every test fills a record; the outcome is added from the test report ----------------------

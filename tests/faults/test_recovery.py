@@ -3,8 +3,9 @@ checkpoint complete on every node and finishes, with the losses of an uninterrup
 ends ``failed`` listing every attempt; a failure of the job itself is never retried; a node whose network is
 cut is excluded and a spare takes its place.
 
-The uninterrupted reference run (the same job, seed and checkpoints, nothing injected) is made once per module
-and shared: its per-step losses are what the recovered run's losses are compared with. The spare case runs on
+The uninterrupted reference run (the same job, seed and checkpoints, nothing injected) is made once per
+session and shared (``finished_run``, with the secrets case): its per-step losses are what the recovered run's
+losses are compared with. The spare case runs on
 3 hosts of its own rig (``FAULTS_SPARES_RIG_ID``, default 5) sharing one folder (the output_dir on a shared
 file system that spares need), taken down after it.
 """
@@ -22,47 +23,23 @@ from typing import Any
 import pytest
 import yaml
 
-from mift_testsupport.cluster import INJECT_DIR, Cluster
+from mift_testsupport.cluster import Cluster
 from mift_testsupport.image import provisioned_rig
 from mift_testsupport.launcher import finish
 from mift_testsupport.rig import rig_id_from_env
 
 from .conftest import JOBS
-from .test_watchdog import ENV
+from .finished_run import KILL_AT, SAVE_STEPS, SLOW_ENV, STEPS, Finished, logged_losses
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
-STEPS = 40  # the resume cases' length: the kill comes at step 6, checkpoints every 4
-SAVE_STEPS = 4
-KILL_AT = 6
 LOSS_TOLERANCE = 0.01  # relative: the recovered run's loss at each step after the resume vs the reference's
 FAST = {"backoff_s": 1}  # the suite's retries wait 1 s, not the default 30
-# the tiny model steps every ~0.7 s: the 7th training step of each process sleeps 8 s first (inject/, a TEST
-# DOUBLE), so step 6 stays the last logged long enough for the kill from outside to land there; the losses
-# are not touched, and the reference run gets the same environment
-SLOW_ENV = {**ENV, "PYTHONPATH": INJECT_DIR, "MIFT_FAULTS_SLOW_STEPS": f"{KILL_AT + 1}:8"}
 # the spare case: 2 trainers and 1 spare of their own rig, the output_dir in a folder all 3 share
 # (default 5; CI's faults-recovery stage runs after molecule kernel_upgrade and plan-global-batch in the same
 # lane: FAULTS_SPARES_RIG_ID=7, FAULTS_RIG_ID=8)
 SPARES_RIG_ID = rig_id_from_env("FAULTS_SPARES_RIG_ID", 5)
 SHARED = Path(f"/srv/mift{SPARES_RIG_ID}-shared")  # the same path on the controller and in every host
-
-
-def _losses(cluster: Cluster, run_id: str) -> tuple[list[int], dict[int, float]]:
-    """Host1's logged steps in order (every attempt appends) and step -> loss (the last logged for a step)."""
-    text = cluster.ssh(1, f"cat /var/lib/mift/runs/{run_id}/output/trainer_log.jsonl 2>/dev/null; true")
-    steps: list[int] = []
-    losses: dict[int, float] = {}
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-            step = int(entry["current_steps"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        steps.append(step)
-        if isinstance(entry.get("loss"), int | float):
-            losses[step] = float(entry["loss"])
-    return steps, losses
 
 
 def _rank_pid(cluster: Cluster, host: int, run_id: str) -> int | None:
@@ -83,7 +60,7 @@ def _kill_at_step(
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"launcher ended (rc={proc.returncode}) before step {step}")
-        steps = _losses(cluster, run_id)[0]
+        steps = logged_losses(cluster, run_id)[0]
         if steps and steps[-1] >= step:
             pid = _rank_pid(cluster, 2, run_id)
             if pid is not None:
@@ -105,7 +82,7 @@ def _kill_next_rank(cluster: Cluster, name: str, run_id: str, proc: Any, seconds
         attempts = cluster.record(name).get("attempts") or []
         if len(attempts) >= 2 and attempts[-1].get("state") == "running":
             mtime = cluster.ssh(1, f"stat -c %Y {log} 2>/dev/null; true").strip()
-            steps = _losses(cluster, run_id)[0]
+            steps = logged_losses(cluster, run_id)[0]
             pid = _rank_pid(cluster, 2, run_id)
             if mtime and float(mtime) > float(attempts[-1]["started_at"]) and steps and pid is not None:
                 cluster.ssh(2, f"kill -KILL {pid}", check=False)
@@ -134,16 +111,12 @@ def _attempts(record: dict[str, Any]) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def reference(cluster: Cluster) -> dict[int, float]:
-    """The uninterrupted run of the resume job (same seed and checkpoints): step -> loss."""
-    cluster.install_injection()
-    job = cluster.job("faults-rec-ref", max_steps=STEPS, save_steps=SAVE_STEPS, env=SLOW_ENV)
-    out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=1200)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    _steps, losses = _losses(cluster, str(cluster.record("faults-rec-ref")["run_id"]))
-    assert sorted(losses) == list(range(1, STEPS + 1)), sorted(losses)
-    return losses
+@pytest.fixture
+def reference(finished: Finished) -> dict[int, float]:
+    """The uninterrupted run of the resume job (same seed and checkpoints; ``finished_run``): step -> loss."""
+    assert finished.out.returncode == 0, finished.out.stdout[-3000:] + finished.out.stderr[-2000:]
+    assert sorted(finished.losses) == list(range(1, STEPS + 1)), sorted(finished.losses)
+    return finished.losses
 
 
 def test_killed_trainer_resumes_by_itself(
@@ -167,7 +140,7 @@ def test_killed_trainer_resumes_by_itself(
     killed_at, _pid = _kill_at_step(cluster, run_id, KILL_AT, proc)
     out = finish(proc, log, timeout=1200)
     rec = cluster.record(name)
-    steps, losses = _losses(cluster, run_id)
+    steps, losses = logged_losses(cluster, run_id)
     attempts = rec.get("attempts") or []
     resume = attempts[-1].get("resume_step") if attempts else None
     after = [s for s in sorted(reference) if isinstance(resume, int) and s > resume]
