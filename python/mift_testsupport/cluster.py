@@ -202,6 +202,21 @@ class Cluster:
         """A file of the node run directory ('' when missing)."""
         return self.ssh(host, f"cat /var/lib/mift/runs/{shlex.quote(run_id)}/{name}", check=False)
 
+    def trainer_log(self, host: int, output_dir: str) -> list[dict[str, Any]]:
+        """The entries of ``output_dir``'s trainer_log.jsonl on ``host`` (LLaMA-Factory's log of each step;
+        every attempt of a resumed run appends), in order; [] when there is none; unparsable lines are left
+        out."""
+        text = self.ssh(host, f"cat {shlex.quote(output_dir)}/trainer_log.jsonl 2>/dev/null; true")
+        entries = []
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("current_steps"), int):
+                entries.append(entry)
+        return entries
+
     def node_state(self, host: int, run_id: str) -> dict[str, Any]:
         try:
             return dict(json.loads(self.node_file(host, run_id, "state.json") or "{}"))

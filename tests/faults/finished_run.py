@@ -7,7 +7,6 @@ hosts and 8 steps, about 60 CPU-s).
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from dataclasses import dataclass
@@ -41,18 +40,13 @@ class Finished:
 
 def logged_losses(cluster: Cluster, run_id: str) -> tuple[list[int], dict[int, float]]:
     """Host1's logged steps in order (every attempt appends) and step -> loss (the last logged for a step)."""
-    text = cluster.ssh(1, f"cat /var/lib/mift/runs/{run_id}/output/trainer_log.jsonl 2>/dev/null; true")
-    steps: list[int] = []
-    losses: dict[int, float] = {}
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-            step = int(entry["current_steps"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        steps.append(step)
-        if isinstance(entry.get("loss"), int | float):
-            losses[step] = float(entry["loss"])
+    entries = cluster.trainer_log(1, f"/var/lib/mift/runs/{run_id}/output")
+    steps = [int(entry["current_steps"]) for entry in entries]
+    losses = {
+        int(entry["current_steps"]): float(entry["loss"])
+        for entry in entries
+        if isinstance(entry.get("loss"), int | float)
+    }
     return steps, losses
 
 

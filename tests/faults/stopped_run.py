@@ -7,7 +7,6 @@ its trainer start on 2 hosts, about 50 CPU-s).
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import time
@@ -43,14 +42,7 @@ class Stopped:
 
 def logged_steps(cluster: Cluster, host: int, output_dir: str = RESUME_OUT) -> list[int]:
     """Return the steps ``output_dir``'s trainer_log.jsonl holds on ``host``, in order."""
-    text = cluster.ssh(host, f"cat {output_dir}/trainer_log.jsonl 2>/dev/null; true")
-    steps = []
-    for line in text.splitlines():
-        try:
-            steps.append(int(json.loads(line)["current_steps"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return steps
+    return [int(entry["current_steps"]) for entry in cluster.trainer_log(host, output_dir)]
 
 
 def last_complete_checkpoint(cluster: Cluster) -> int:
