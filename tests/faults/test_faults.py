@@ -17,6 +17,7 @@ from mift_testsupport.cluster import Cluster
 from mift_testsupport.launcher import finish
 
 from .conftest import HOSTS
+from .stopped_run import NAME as STOPPED_NAME
 from .stopped_run import Stopped
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
@@ -196,7 +197,7 @@ def test_ctrl_c_while_following(cluster: Cluster, stopped: Stopped, fault_record
         expected="no trainer on any host within 30 s of the SIGINT (watched while the launcher stops and "
         "collects); launcher exits 1 within 60 s; no process left after it; run stopped; logs kept",
     )
-    missing = _logs_kept(cluster, "faults-resume", stopped.run_id)
+    missing = _logs_kept(cluster, STOPPED_NAME, stopped.run_id)
     fault_record["observed"] = (
         f"last trainer process seen {stopped.took:.1f} s after SIGINT; launcher exit {stopped.rc} after "
         f"{stopped.ended:.1f} s; nothing left after it; status {stopped.status}; logs missing: "

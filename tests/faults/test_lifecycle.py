@@ -58,6 +58,7 @@ def test_resume_via_job_spec(cluster: Cluster, stopped: Stopped, fault_record: d
         expected=f"the second run starts at the step after the last checkpoint, reaches {RESUME_STEPS}/"
         f"{RESUME_STEPS}, exit 0",
     )
+    assert stopped.status == "stopped", stopped.out
     name = "faults-resume2"
     last, stopped_at, logged = stopped.last, stopped.stopped_at, stopped.logged
     # the second run only has to continue: no checkpoints of its own (the first run's are what it resumes)
