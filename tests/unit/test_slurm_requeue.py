@@ -5,6 +5,7 @@ The agent runs with a ``scontrol`` TEST DOUBLE (this machine runs no Slurm)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -86,6 +87,57 @@ def test_a_requeued_job_asks_slurm_for_requeue_and_the_time_limit_signal() -> No
         and "trap at_time_limit" not in no_signal
         and "#SBATCH --requeue" in no_signal
     )
+
+
+def test_the_time_limit_signal_is_trapped_before_the_restart_looks_for_its_checkpoint(tmp_path: Path) -> None:
+    """An attempt that starts within requeue_before_s of its time limit gets Slurm's USR1 at once, while the
+    restart still asks the nodes for their checkpoints: the trap must already be set, or bash's default action
+    ends the batch script (the job fails instead of requeueing). ``srun`` and ``scontrol`` are TEST DOUBLEs
+    (no Slurm here); the script, bash and the agent's resume-step are real."""
+    run_dir = tmp_path / "r1"
+    run_dir.mkdir()
+    for name in ("mift_agent.py", "mift_contract.py", "mift_probe.py", "mift_gpu.py"):  # as launch.yml ships
+        shutil.copy(DATA / name, run_dir / name)
+    two_restarts = alloc(Requeue(max_restarts=2, before_s=120))
+    script = sbatch_script(dataclasses.replace(two_restarts, run_dir=str(run_dir)))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    answers = "".join(
+        json.dumps({"ok": True, "node": n, "checkpoints": [4, 8]}) + "\\n" for n in ("node1", "node2")
+    )
+    (bin_dir / "srun").write_text(
+        "#!/bin/bash\n# TEST DOUBLE of Slurm's srun: the checkpoint lookup meets USR1 to the batch shell\n"
+        'case "$*" in\n'
+        f"  *slurm-checkpoints*) kill -USR1 \"$BATCH_PID\"; sleep 0.3; printf '{answers}' ;;\n"
+        '  *slurm-step*) echo "step: $*" ;;\n'
+        "esac\n"
+    )
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/bash\n# TEST DOUBLE of Slurm\'s scontrol\necho "scontrol $*" >> "$SCONTROL_LOG"\n'
+    )
+    for tool in ("srun", "scontrol"):
+        (bin_dir / tool).chmod(0o755)
+    (tmp_path / "job.sbatch").write_text(script)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SCONTROL_LOG": str(tmp_path / "scontrol.log"),
+        "SLURM_RESTART_COUNT": "1",
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "node[1-2]",
+        "SLURM_JOB_NUM_NODES": "2",
+    }
+    proc = subprocess.run(
+        ["bash", "-c", f"export BATCH_PID=$$; exec bash {tmp_path / 'job.sbatch'}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    assert "mift: time limit: requeued (restart 2 of 2)" in proc.stdout, proc.stdout
+    assert "mift: restart 1 resumes from: 8" in proc.stdout and "--resume-step 8" in proc.stdout, proc.stdout
+    assert (tmp_path / "scontrol.log").read_text() == "scontrol requeue 7\n"
 
 
 def test_a_job_that_may_not_restart_is_never_requeued() -> None:

@@ -174,6 +174,24 @@ def _requeue_lines(requeue: Requeue, agent: str, root: str, tasks: str, step: st
         + ";",
         "# a restart resumes from the last checkpoint complete on every node",
         "restarts=${SLURM_RESTART_COUNT:-0}",
+    ]
+    if requeue.before_s:
+        lines += [
+            "# first, before anything that takes time: Slurm's USR1 may come at once (an attempt that starts",
+            "# within before_s of its time limit), and an untrapped USR1 ends the batch shell",
+            "# shellcheck disable=SC2317  # run by the trap",
+            "at_time_limit() {",
+            f'  if [ "$restarts" -lt {most} ]; then',
+            f'    echo "mift: time limit: requeued (restart $((restarts + 1)) of {most})"',
+            '    scontrol requeue "$SLURM_JOB_ID"',
+            "  else",
+            f'    echo "mift: time limit: not requeued, the retry budget is used up ($restarts of {most} '
+            'restarts)"',
+            "  fi",
+            "}",
+            "trap at_time_limit USR1",
+        ]
+    lines += [
         f'echo "{ATTEMPT_LINE} $((restarts + 1)) of slurm job $SLURM_JOB_ID on $SLURM_JOB_NODELIST"',
         f'if [ "$restarts" -gt {most} ]; then',
         f'  echo "mift: not retried: the retry budget is used up ($restarts of {most} restarts)"',
@@ -191,20 +209,6 @@ def _requeue_lines(requeue: Requeue, agent: str, root: str, tasks: str, step: st
         '  resume=(--restart "$restarts" --resume-step "$found")',
         "fi",
     ]
-    if requeue.before_s:
-        lines += [
-            "# shellcheck disable=SC2317  # run by the trap",
-            "at_time_limit() {",
-            f'  if [ "$restarts" -lt {most} ]; then',
-            f'    echo "mift: time limit: requeued (restart $((restarts + 1)) of {most})"',
-            '    scontrol requeue "$SLURM_JOB_ID"',
-            "  else",
-            f'    echo "mift: time limit: not requeued, the retry budget is used up ($restarts of {most} '
-            'restarts)"',
-            "  fi",
-            "}",
-            "trap at_time_limit USR1",
-        ]
     return [
         *lines,
         "# one trainer per node; a node whose trainer fails ends the whole job. In the background, so that",
