@@ -1,0 +1,149 @@
+"""The CI measuring tools: ``tools/repeat.py`` (the flake hunt's tally) and ``bench/cpu_accounting.py`` (a CI
+run's CPU by kind of process, from acct(5) records), on files written here in their real formats."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+repeat = load(REPO / "tools" / "repeat.py")
+accounting = load(REPO / "bench" / "cpu_accounting.py")
+
+
+def test_comp_t_is_a_13_bit_mantissa_and_a_base_8_exponent() -> None:
+    assert accounting.comp_t(0) == 0
+    assert accounting.comp_t(100) == 100
+    assert accounting.comp_t((1 << 13) | 5) == 40  # 5 * 8
+    assert accounting.comp_t((2 << 13) | 0x1FFF) == 0x1FFF * 64
+
+
+def record(pid: int, ppid: int, comm: str, btime: int, etime_s: float, cpu_ticks: int) -> bytes:
+    """One acct_v3 record as the kernel writes it (version 3; utime in ticks, stime 0)."""
+    return accounting.RECORD.pack(
+        0,
+        3,
+        0,
+        0,
+        0,
+        0,
+        pid,
+        ppid,
+        btime,
+        etime_s * accounting.AHZ,
+        cpu_ticks,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        comm.encode(),
+    )
+
+
+def test_each_process_counts_to_its_nearest_named_ancestor_and_reused_pids_do_not_mislead(
+    tmp_path: Path,
+) -> None:
+    pacct = tmp_path / "pacct"
+    pacct.write_bytes(
+        b"".join(
+            [
+                # a rank (recorded under a thread's name) under torchrun under llamafactory-cli under sshd
+                record(30, 20, "pt_gloo_runloop", 1000, 50, 700),
+                record(20, 10, "pt_elastic", 1000, 52, 90),
+                record(10, 5, "llamafactory-cl", 1000, 53, 290),
+                record(5, 1, "sshd", 999, 60, 1),
+                # an Ansible module on a host: python3 under sh under another ssh session
+                record(41, 40, "python3", 2000, 1, 12),
+                record(40, 6, "sh", 2000, 1, 0),
+                record(6, 1, "sshd", 1999, 3, 1),
+                # pid 10 again, long after llamafactory-cli ended: a poll's ansible-playbook and its fork
+                record(11, 10, "ansible-playboo", 3000, 1, 20),
+                record(10, 2, "ansible-playboo", 3000, 2, 60),
+            ]
+        )
+        + b"\0" * 10  # a record cut short at the end is left out
+    )
+    procs = accounting.read_pacct(pacct)
+    assert len(procs) == 9 and procs[0].cpu_s == 7.0 and procs[0].end == 1050.0
+    by_pid = accounting.parent_index(procs)
+    groups = [accounting.group(p, by_pid) for p in procs]
+    trainer = "trainer (llamafactory-cli, torchrun, ranks)"
+    host = "host: ssh session (ansible modules, agent, test commands)"
+    ansible = "controller: ansible"
+    assert groups == [trainer, trainer, trainer, host, host, host, host, ansible, ansible], groups
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "cpu_accounting.py"), str(pacct)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "9 processes ended" in out and "12 CPU-s in all" in out, out
+    group_rows = out.split("\n\n")[1].splitlines()[1:]  # CPU-s, share, processes, group
+    shares = {row.split(maxsplit=3)[3]: row.split()[1] for row in group_rows}
+    assert (
+        shares[trainer] == "92.0%" and shares["controller: ansible"] == "6.8%" and shares[host] == "1.2%"
+    ), out
+
+
+def test_repeat_tallies_which_tests_failed_in_which_run(tmp_path: Path) -> None:
+    tests = tmp_path / "t"
+    tests.mkdir()
+    flag = tmp_path / "fail-next"
+    flag.write_text("")
+    # the first run fails (the flag is there, and the test removes it); the second passes
+    (tests / "test_flaky.py").write_text(
+        "import pathlib\n"
+        f"FLAG = pathlib.Path({str(flag)!r})\n"
+        "def test_flaky():\n"
+        "    failing = FLAG.exists()\n"
+        "    FLAG.unlink(missing_ok=True)\n"
+        "    assert not failing, 'the flag was up'\n"
+        "def test_steady():\n"
+        "    pass\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "repeat.py"), "2", "--keep", str(tmp_path / "j"), str(tests)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "run 1/2: 2 tests, 1 failed" in proc.stdout and "run 2/2: 2 tests, 0 failed" in proc.stdout
+    assert "2 runs of 2 tests" in proc.stdout and "1 with a failure" in proc.stdout
+    tally = proc.stdout.split("with a failure\n", 1)[1].splitlines()
+    assert tally[0].startswith("  1 of 2 (runs [1]): ") and tally[0].endswith("test_flaky::test_flaky"), tally
+    assert tally[1].strip() == "AssertionError: the flag was up", tally
+    first, second = (repeat.outcomes(tmp_path / "j" / f"run-{n}.xml") for n in (1, 2))
+    assert sorted(m for m in first.values() if m) == ["AssertionError: the flag was up"], first
+    assert len(second) == 2 and not any(second.values()), second
+
+
+def test_repeat_that_ran_nothing_does_not_say_zero_failures(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "repeat.py"), "1", str(tmp_path / "empty")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no test ran" in proc.stdout
