@@ -72,24 +72,26 @@ def read_pacct(path: Path) -> list[Proc]:
     return procs
 
 
-GROUPS = (  # (an ancestor's or the process's command name, its group), first match upwards wins
+TRAINER = "trainer (llamafactory-cli, torchrun, ranks)"
+# command name (the process's own or an ancestor's) -> its group; the nearest one upwards wins
+GROUP_OF = {
     # a process is recorded under the name of its thread that exited last: torchrun as pt_elastic, a rank
     # as pt_gloo_runloop, gloo_tcp_loop, jemalloc_bg_thd...; llamafactory-cli (which starts torchrun) keeps
     # its name, so the trainer is what it started
-    ("llamafactory-cl", "trainer (llamafactory-cli, torchrun, ranks)"),
-    ("pt_elastic", "trainer (llamafactory-cli, torchrun, ranks)"),
-    ("ansible-playboo", "controller: ansible"),
-    ("ansible-runner", "controller: ansible"),
-    ("molecule", "controller: molecule"),
-    ("ruff", "controller: lint"),
-    ("mypy", "controller: lint"),
-    ("ansible-lint", "controller: lint"),
-    ("yamllint", "controller: lint"),
-    ("pip", "controller: bootstrap"),
-    ("debootstrap", "controller: rig setup"),
-    ("pytest", "controller: pytest"),
-)
-GROUP_OF = dict(GROUPS)
+    "llamafactory-cl": TRAINER,
+    "pt_elastic": TRAINER,
+    "ansible-playboo": "controller: ansible",
+    "ansible-runner": "controller: ansible",
+    "molecule": "controller: molecule",
+    "ruff": "controller: lint",
+    "mypy": "controller: lint",
+    "ansible-lint": "controller: lint",
+    "yamllint": "controller: lint",
+    "pip": "controller: bootstrap",
+    "debootstrap": "controller: rig setup",
+    "pytest": "controller: pytest",
+    "sshd": "host: ssh session (ansible modules, agent, test commands)",
+}
 
 
 def parent_index(procs: list[Proc]) -> dict[int, list[Proc]]:
@@ -113,12 +115,7 @@ def group(p: Proc, by_pid: dict[int, list[Proc]]) -> str:
     while node is not None and len(chain) < 64:
         chain.append(node.comm)
         node = parent_of(node, by_pid)
-    for comm in chain:
-        if comm in GROUP_OF:
-            return GROUP_OF[comm]
-        if comm == "sshd":
-            return "host: ssh session (ansible modules, agent, test commands)"
-    return f"other: {p.comm}"
+    return next((GROUP_OF[comm] for comm in chain if comm in GROUP_OF), f"other: {p.comm}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("pacct", type=Path)
     ap.add_argument("--top", type=int, default=20, help="how many command names to list")
     args = ap.parse_args(argv)
-    procs = read_pacct(args.pacct)
+    try:
+        procs = read_pacct(args.pacct)
+    except OSError as err:
+        print(f"{args.pacct}: cannot read: {err.strerror}", file=sys.stderr)
+        return 1
     if not procs:
         print(f"{args.pacct}: no process ended while accounting was on", file=sys.stderr)
         return 1

@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("times", type=int, help="how many runs")
     ap.add_argument("--keep", type=Path, help="folder for each run's junit XML (default: a new one in /tmp)")
     args, pytest_args = ap.parse_known_args(argv)
+    if args.times < 1:
+        ap.error(f"N: {args.times} runs would check nothing; give 1 or more")
     keep = args.keep or Path(tempfile.mkdtemp(prefix="mift-repeat."))
     keep.mkdir(parents=True, exist_ok=True)
     failures: dict[str, list[int]] = collections.defaultdict(list)
