@@ -34,27 +34,8 @@ def test_comp_t_is_a_13_bit_mantissa_and_a_base_8_exponent() -> None:
 
 def record(pid: int, ppid: int, comm: str, btime: int, etime_s: float, cpu_ticks: int) -> bytes:
     """One acct_v3 record as the kernel writes it (version 3; utime in ticks, stime 0)."""
-    return accounting.RECORD.pack(
-        0,
-        3,
-        0,
-        0,
-        0,
-        0,
-        pid,
-        ppid,
-        btime,
-        etime_s * accounting.AHZ,
-        cpu_ticks,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        comm.encode(),
-    )
+    fields = (0, 3, 0, 0, 0, 0, pid, ppid, btime, etime_s * accounting.AHZ, cpu_ticks, *[0] * 7)
+    return accounting.RECORD.pack(*fields, comm.encode())
 
 
 def test_each_process_counts_to_its_nearest_named_ancestor_and_reused_pids_do_not_mislead(

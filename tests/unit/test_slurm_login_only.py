@@ -28,7 +28,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.jobspec import SlurmOptions, parse_job_spec
 from launcher.nodelayout import layout
 from launcher.preflight import NodeFacts
-from mift_testsupport.slurm import srun_task_env
+from mift_testsupport.slurm import NODE_SCRIPTS, srun_task_env
 
 if TYPE_CHECKING:
     from launcher.engine.plan import RunPlan
@@ -193,10 +193,7 @@ def agent(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 def prepared_root(tmp_path: Path, versions: dict[str, str] | None = None, *trainer_args: str) -> Path:
     """A shared run root with 2 ranks prepared through mift_install.py, as slurm_shared_prepare.yml does."""
     root = tmp_path / "shared" / "r-login"
-    files = {
-        name: (DATA / name).read_text()
-        for name in ("mift_agent.py", "mift_contract.py", "mift_probe.py", "mift_gpu.py")
-    }
+    files = {name: (DATA / name).read_text() for name in NODE_SCRIPTS}
     expect = {"versions": versions or {}, "min_free_bytes": 0, "facts_dir": str(tmp_path / "facts")}
     files["expect.json"] = json.dumps(expect)
     for rank in (0, 1):

@@ -34,7 +34,7 @@ from launcher.follow import queued
 from launcher.jobspec import parse_job_spec
 from launcher.runs import RunDir
 from launcher.watchdog import ProgressWatch, Schedule, WatchdogOptions
-from mift_testsupport.slurm import srun_task_env
+from mift_testsupport.slurm import NODE_SCRIPTS, srun_task_env
 
 DATA = Path(__file__).parents[2] / "python" / "launcher" / "data"
 sys.path.insert(0, str(DATA))
@@ -96,7 +96,7 @@ def test_the_time_limit_signal_is_trapped_before_the_restart_looks_for_its_check
     (no Slurm here); the script, bash and the agent's resume-step are real."""
     run_dir = tmp_path / "r1"
     run_dir.mkdir()
-    for name in ("mift_agent.py", "mift_contract.py", "mift_probe.py", "mift_gpu.py"):  # as launch.yml ships
+    for name in NODE_SCRIPTS:
         shutil.copy(DATA / name, run_dir / name)
     two_restarts = alloc(Requeue(max_restarts=2, before_s=120))
     script = sbatch_script(dataclasses.replace(two_restarts, run_dir=str(run_dir)))
