@@ -1,22 +1,30 @@
-"""Slurm on test hosts: the inventories and the provisioning the Slurm e2e suites share.
+"""Slurm on test hosts: the one Slurm cluster, the inventories and the helpers the Slurm e2e suites share.
 
 host3 is the head (slurmctld, the login host), host1 and host2 the nodes. The test hosts have no GPU device
 nodes: empty files stand in for the render nodes gres.conf names (TEST DOUBLE, as in molecule ``slurm``).
+Both Slurm e2e modules (the launcher given every host; the launcher given the login host alone) run on the
+same cluster (:func:`slurm_rig`, a session fixture of tests/integration/conftest.py): 3 hosts from the image
+and ``playbooks/slurm.yml`` once, not once per module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from mift_testsupport.image import provisioned_rig
 from mift_testsupport.paths import REPO_ROOT
 
 if TYPE_CHECKING:
     import subprocess
-    from pathlib import Path
+    from collections.abc import Iterator
 
     from mift_testsupport.cluster import Cluster
     from mift_testsupport.rig import Rig
@@ -82,6 +90,40 @@ def provision_slurm(rig: Rig, inventory: Path, log: Path) -> float:
     log.write_text(out.stdout + out.stderr)
     assert out.returncode == 0, out.stdout[-6000:]
     return time.monotonic() - t0
+
+
+@dataclass(frozen=True)
+class SlurmRig:
+    """A Slurm cluster on test hosts: the rig, the admin's inventory (every host, the Slurm groups) and the
+    controller folder every host sees at the same path (the stand-in for a site's shared file system)."""
+
+    rig: Rig
+    inventory: Path
+    shared: Path
+
+
+def shared_dir(rig_id: int) -> Path:
+    """The controller folder bind-mounted at the same path into every host of rig ``rig_id``."""
+    return Path(f"/srv/mift{rig_id}-shared")
+
+
+@contextlib.contextmanager
+def slurm_rig(rig_id: int, work: Path) -> Iterator[SlurmRig]:
+    """3 hosts of rig ``rig_id`` from the provisioned image sharing :func:`shared_dir`, Slurm provisioned on
+    them with the admin's inventory; torn down, and the shared folder removed, afterwards."""
+    shared = shared_dir(rig_id)
+    shutil.rmtree(shared, ignore_errors=True)  # this rig's own folder, from an earlier run
+    shared.mkdir(parents=True)
+    try:
+        with provisioned_rig(rig_id, 3, log=work / "image.log", shared_dir=str(shared)) as rig:
+            inventory = slurm_inventory(rig.inventory, work / "inventory")
+            took = provision_slurm(rig, inventory, work / "slurm-play.log")
+            print(f"playbooks/slurm.yml on 3 hosts: {took:.1f} s")
+            for host in (*NODES, HEAD):  # the stand-in is mounted: a file written here is seen there
+                assert rig.ssh(host, f"test -d {shared} && echo yes").stdout.strip() == "yes", host
+            yield SlurmRig(rig, inventory, shared)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def kill_and_follow(

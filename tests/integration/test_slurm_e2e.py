@@ -2,9 +2,10 @@
 host1 and host2 the nodes; mift_testsupport.slurm), then the tiny ZeRO-3 job through ``sbatch``/``srun``.
 
 The hosts start from the provisioned host image (``mift_testsupport.image``: ``provision.yml`` once on a
-systemd-mode host, kept; every suite's image); only ``playbooks/slurm.yml`` runs here. The test hosts
-have no GPU device nodes: empty files stand in for the render nodes gres.conf names (TEST DOUBLE, as in
-molecule ``slurm``).
+systemd-mode host, kept; every suite's image); only ``playbooks/slurm.yml`` runs, once for this module and
+test_slurm_login_e2e.py together (the session fixture ``slurm_cluster``, tests/integration/conftest.py). The
+test hosts have no GPU device nodes: empty files stand in for the render nodes gres.conf names (TEST DOUBLE,
+as in molecule ``slurm``).
 
 Shows: Slurm provisioned (every node idle, 8 GPUs each counted); the job across 2 nodes (world size 2,
 losses, adapter, status succeeded, the Slurm job COMPLETED); a request larger than the partition refused in
@@ -26,17 +27,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from mift_testsupport.cluster import INJECT_DIR, Cluster
-from mift_testsupport.fixtures import rig_ready_or_skip
-from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.launcher import finish
-from mift_testsupport.rig import rig_id_from_env
 from mift_testsupport.slurm import (
     HEAD,
     kill_and_follow,
-    provision_slurm,
     run_to_success,
     scontrol_job,
-    slurm_inventory,
     squeue,
     stop_and_check,
     wait_checkpoint,
@@ -44,23 +40,17 @@ from mift_testsupport.slurm import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from mift_testsupport.slurm import SlurmRig
 
-RIG_ID = rig_id_from_env("SLURM_E2E_RIG_ID", 9)
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """3 hosts of rig ``SLURM_E2E_RIG_ID`` (9) from the systemd-mode image, Slurm provisioned on them."""
-    rig_ready_or_skip(systemd=SYSTEMD)
-    work = tmp_path_factory.mktemp("slurm-e2e")
-    with provisioned_rig(RIG_ID, 3, log=work / "image.log") as rig:
-        c = Cluster(rig, work)
-        c.inventory = slurm_inventory(rig.inventory, work / "inventory")
-        took = provision_slurm(rig, c.inventory, work / "slurm-play.log")
-        print(f"playbooks/slurm.yml on 3 hosts: {took:.1f} s")
-        yield c
+def cluster(slurm_cluster: SlurmRig, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+    """The session's Slurm cluster (tests/integration/conftest.py), the launcher given every host."""
+    c = Cluster(slurm_cluster.rig, tmp_path_factory.mktemp("slurm-e2e"))
+    c.inventory = slurm_cluster.inventory
+    return c
 
 
 def test_slurm_is_provisioned(cluster: Cluster) -> None:

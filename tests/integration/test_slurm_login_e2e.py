@@ -1,10 +1,11 @@
 """The slurm backend with ONLY the login host in the launcher's inventory (job spec ``slurm.shared_dir``).
 
-3 systemd-mode test hosts from the provisioned host image, Slurm provisioned on them as in
-test_slurm_e2e.py (host3 the head, host1 and host2 the nodes; the provisioning inventory is the admin's and
-names every host). One controller folder, ``/srv/mift<RIG_ID>-shared``, is bind-mounted at the same path into
-every host (``RIG_SHARED_DIR``): the stand-in for a cluster's NFS/Lustre home or scratch. The launcher gets an
-inventory holding only host3, and every playbook event of its runs names host3 alone.
+The same Slurm cluster as test_slurm_e2e.py (the session fixture ``slurm_cluster``,
+tests/integration/conftest.py: 3 systemd-mode hosts from the provisioned host image, host3 the head, host1
+and host2 the nodes; the provisioning inventory is the admin's and names every host). One controller folder,
+``/srv/mift<RIG_ID>-shared``, is bind-mounted at the same path into every host (``RIG_SHARED_DIR``): the
+stand-in for a cluster's NFS/Lustre home or scratch. The launcher gets an inventory holding only host3, and
+every playbook event of its runs names host3 alone.
 
 Shows: the tiny ZeRO-3 job across the 2 nodes Slurm picks (world size 2, losses, the adapter in the shared
 folder, status succeeded; ``status``, ``logs``, ``list``); a node failing its in-allocation preflight ends the
@@ -12,13 +13,12 @@ job failed with that node's reason, before any trainer starts; killing one node'
 30 s as failed; ``stop`` cancels a running job and leaves no process on any host; too many nodes are refused
 in one line before anything is submitted.
 
-    SLURM_LOGIN_E2E_RIG_ID=9 pytest -q tests/integration/test_slurm_login_e2e.py
+    SLURM_E2E_RIG_ID=9 pytest -q tests/integration/test_slurm_login_e2e.py
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,8 +27,6 @@ import pytest
 import yaml
 
 from mift_testsupport.cluster import Cluster
-from mift_testsupport.fixtures import rig_ready_or_skip
-from mift_testsupport.image import SYSTEMD, provisioned_rig
 from mift_testsupport.rig import rig_id_from_env
 from mift_testsupport.slurm import (
     HEAD,
@@ -36,18 +34,16 @@ from mift_testsupport.slurm import (
     kill_and_follow,
     login_only_inventory,
     no_run_process,
-    provision_slurm,
     run_to_success,
-    slurm_inventory,
+    shared_dir,
     squeue,
     stop_and_check,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from mift_testsupport.slurm import SlurmRig
 
-RIG_ID = rig_id_from_env("SLURM_LOGIN_E2E_RIG_ID", 9)
-SHARED = Path(f"/srv/mift{RIG_ID}-shared")  # the same path on the controller and in every host
+SHARED = shared_dir(rig_id_from_env("SLURM_E2E_RIG_ID", 9))  # the same path on the controller and every host
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 
@@ -58,27 +54,12 @@ class LoginCluster(Cluster):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoginCluster]:
-    """3 hosts of rig ``SLURM_LOGIN_E2E_RIG_ID`` (9) from the systemd-mode image sharing ``SHARED``, Slurm
-    provisioned on them (with the admin's full inventory)."""
-    rig_ready_or_skip(systemd=SYSTEMD)
-    work = tmp_path_factory.mktemp("slurm-login-e2e")
-    shutil.rmtree(SHARED, ignore_errors=True)  # this rig's own folder, from an earlier run
-    SHARED.mkdir(parents=True)
-    with provisioned_rig(RIG_ID, 3, log=work / "image.log", shared_dir=str(SHARED)) as rig:
-        c = LoginCluster(rig, work)
-        took = provision_slurm(
-            rig, slurm_inventory(rig.inventory, work / "inventory"), work / "slurm-play.log"
-        )
-        print(f"playbooks/slurm.yml on 3 hosts: {took:.1f} s")
-        c.login_inventory = login_only_inventory(rig.inventory, work / "login.yml")
-        c.inventory = c.login_inventory
-        for host in (*NODES, HEAD):  # the stand-in is mounted: a file written here is seen there
-            assert rig.ssh(host, f"test -d {SHARED} && echo yes").stdout.strip() == "yes", host
-        try:
-            yield c
-        finally:
-            shutil.rmtree(SHARED, ignore_errors=True)
+def cluster(slurm_cluster: SlurmRig, tmp_path_factory: pytest.TempPathFactory) -> LoginCluster:
+    """The session's Slurm cluster (tests/integration/conftest.py); the launcher gets the login host alone."""
+    c = LoginCluster(slurm_cluster.rig, tmp_path_factory.mktemp("slurm-login-e2e"))
+    c.login_inventory = login_only_inventory(slurm_cluster.rig.inventory, c.work / "login.yml")
+    c.inventory = c.login_inventory
+    return c
 
 
 def login_job(c: Cluster, name: str, *, slurm: dict[str, Any] | None = None, **spec: Any) -> Path:

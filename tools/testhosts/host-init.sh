@@ -37,5 +37,5 @@ cd "$R"
 pivot_root . .oldroot
 exec /usr/sbin/chroot . /bin/sh -c '
   umount -l /.oldroot && rmdir /.oldroot
-  ssh-keygen -A >/dev/null
+  [ -f /etc/ssh/ssh_host_ed25519_key ] || ssh-keygen -q -t ed25519 -N "" -f /etc/ssh/ssh_host_ed25519_key
   exec /usr/sbin/sshd -D -e'
