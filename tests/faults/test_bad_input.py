@@ -12,7 +12,7 @@ fault).
   run the launcher against 2 provisioned test hosts and must change nothing on any of them: no file under
   the watched node folders newer than a marker touched just before the case, no new node run directory, no
   training process, no file planted by shell code. A valid environment value carrying shell metacharacters
-  must reach the trainer verbatim, as data.
+  must reach the trainer verbatim, as data (read during the suite's stopped run, ``stopped_run``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from mift_testsupport.cluster import Cluster
 from mift_testsupport.paths import REPO_ROOT
 from mift_testsupport.proc import ansible_bin, run
 
-from .conftest import CORPUS, mark, snapshot
+from .conftest import CORPUS, HOSTS, mark, snapshot
+from .stopped_run import EVIL, Stopped
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -231,43 +232,21 @@ def test_bad_input_on_hosts(case: dict[str, Any], cluster: Cluster, fault_record
 @pytest.mark.rig
 @pytest.mark.slow
 def test_env_value_with_shell_metacharacters_arrives_as_data(
-    cluster: Cluster, fault_record: dict[str, Any]
+    stopped: Stopped, fault_record: dict[str, Any]
 ) -> None:
-    """A valid env value full of shell code reaches the trainer's environment verbatim and runs nowhere."""
-    evil = "$(touch /tmp/pwned) `touch /tmp/pwned2`; touch /tmp/pwned3 && echo 'q\"uote' | sh #"
+    """A valid env value full of shell code reaches the trainer's environment verbatim and runs nowhere (read
+    on the hosts while the suite's stopped run trained, before its Ctrl-C: ``stopped_run``)."""
     fault_record.update(
         case="env-value-metachar-as-data",
         group="1 bad input",
-        input=f"env MIFT_FAULTS_EVIL={evil!r} (valid input)",
+        input=f"env MIFT_FAULTS_EVIL={EVIL!r} (valid input; the job of the suite's stopped run)",
         expected="accepted; the value is verbatim in the node env file and the trainer's environ; "
         "no /tmp/pwned* on any host",
     )
-    job = cluster.job(
-        "faults-evil-env",
-        max_steps=400,
-        paced=True,
-        env={"OMP_NUM_THREADS": 1, "DS_ACCELERATOR": "cpu", "MIFT_FAULTS_EVIL": evil},
-    )
-    out = cluster.run("run", str(job), "-i", str(cluster.inventory), "--detach", timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
-    run_id = cluster.record("faults-evil-env")["run_id"]
-    try:
-        seen = {}
-        for host in (1, 2):
-            env_file = json.loads(cluster.node_file(host, run_id, "env.json") or "{}")
-            pid = cluster.node_state(host, run_id).get("pid")
-            environ = cluster.ssh(host, f"tr '\\0' '\\n' < /proc/{int(pid or 0)}/environ", check=False)
-            planted = cluster.ssh(host, "ls /tmp/pwned* 2>/dev/null || true").split()
-            seen[host] = (
-                env_file.get("MIFT_FAULTS_EVIL") == evil,
-                f"MIFT_FAULTS_EVIL={evil}" in environ,
-                planted,
-            )
-    finally:
-        cluster.run("stop", run_id, timeout=300)
     fault_record["observed"] = "; ".join(
         f"host{h}: env file verbatim={a}, trainer environ verbatim={b}, planted={p or 'none'}"
-        for h, (a, b, p) in seen.items()
+        for h, (a, b, p) in stopped.evil.items()
     )
-    for host, (in_file, in_environ, planted) in seen.items():
-        assert in_file and in_environ and not planted, f"host{host}: {seen[host]}"
+    assert sorted(stopped.evil) == list(HOSTS), stopped.evil
+    for host, (in_file, in_environ, planted) in stopped.evil.items():
+        assert in_file and in_environ and not planted, f"host{host}: {stopped.evil[host]}"

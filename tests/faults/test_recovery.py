@@ -122,7 +122,7 @@ def reference(finished: Finished) -> dict[int, float]:
 def test_killed_trainer_resumes_by_itself(
     cluster: Cluster, reference: dict[int, float], fault_record: dict[str, Any]
 ) -> None:
-    """SIGKILL host2's rank at step 6: the run resumes from checkpoint-4 by itself and reaches 40/40 with the
+    """SIGKILL host2's rank at step 6: the run resumes from checkpoint-4 by itself and reaches 20/20 with the
     reference run's losses."""
     fault_record.update(
         case="recovery-trainer-sigkill",
@@ -269,7 +269,7 @@ def _shared_steps(run_id: str) -> list[int]:
 
 def test_spare_replaces_lost_node(tmp_path: Path, fault_record: dict[str, Any]) -> None:
     """Cut host2's network at step 6: host2 is excluded, the spare host3 passes preflight and takes its rank
-    slots, and the run resumes from checkpoint-4 in the shared output_dir and reaches 40/40."""
+    slots, and the run resumes from checkpoint-4 in the shared output_dir and reaches 20/20."""
     fault_record.update(
         case="recovery-spare-replaces-lost-node",
         group="6 recovery",
