@@ -128,3 +128,80 @@ def test_repeat_that_ran_nothing_does_not_say_zero_failures(tmp_path: Path) -> N
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no test ran" in proc.stdout
+
+
+compare = load(REPO / "tools" / "ci_compare.py")
+
+
+def ci_row(name: str, start: int, wall: float, rc: int, cpu: int, hosts: int | str) -> str:
+    """One row of .ci/run's stage table, in its format (record, cpu_used)."""
+    took = f"{wall:7.1f} s  rc={rc}  cpu  90%"
+    return f"   {name:34s} {f'start +{start} s':>14s} {took}  cpu-s {cpu:5d} (hosts {hosts:>5})"
+
+
+CI_OUT = "\n".join(
+    (
+        "== stage: lint",
+        "... its output ...",
+        "== stage timings (start: seconds into CI)",
+        ci_row("lint", 63, 86.5, 0, 94, "-"),
+        ci_row("faults", 1400, 1010.4, 0, 853, 618) + "  top: 168.57s test_x",
+        f"   {'total':34s} {'':14s} 2410.6 s",
+        "== stage logs: /tmp/mift-ci.x",
+    )
+)
+SLURM_ROW = ci_row("slurm-e2e", 766, 633.5, 1, 554, 370)
+
+
+def ci_compare(*paths: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, str(REPO / "tools" / "ci_compare.py"), *map(str, paths)]
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def test_ci_compare_reads_the_stage_table_of_a_ci_output() -> None:
+    table = compare.read_table(CI_OUT)
+    assert table.total_s == 2410.6
+    assert table.stages["faults"] == compare.Stage("faults", 1010.4, 0, 853, 618)
+    assert list(table.stages) == ["lint", "faults"]
+
+
+def test_ci_compare_lists_each_stage_before_and_after_with_the_difference(tmp_path: Path) -> None:
+    after = CI_OUT.replace("cpu-s   853 (hosts   618)", "cpu-s   700 (hosts   500)").replace(
+        "2410.6 s", "2000.0 s"
+    )
+    after = after.replace("== stage logs", f"{SLURM_ROW}\n== stage logs")
+    (tmp_path / "a.out").write_text(CI_OUT)
+    (tmp_path / "b.out").write_text(after)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "ci_compare.py"),
+            str(tmp_path / "a.out"),
+            str(tmp_path / "b.out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line for line in out.stdout.splitlines()[1:]}
+    assert rows["faults"].split()[-1] == "-153"
+    assert rows["slurm-e2e"].endswith("rc!=0") and " - " in rows["slurm-e2e"]  # in the second run only
+    assert "947 (  618)" in rows["all"] and "1348 (  870)" in rows["all"] and "2000.0" in rows["all"]
+
+
+def test_ci_compare_says_in_one_line_when_a_file_has_no_table(tmp_path: Path) -> None:
+    (tmp_path / "a.out").write_text("== stage: lint\nboom\n")
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "ci_compare.py"),
+            str(tmp_path / "a.out"),
+            str(tmp_path / "a.out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [f"error: {tmp_path / 'a.out'}: no '== stage timings' table"]

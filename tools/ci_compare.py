@@ -1,0 +1,110 @@
+"""Two CI runs side by side, stage by stage: the wall seconds and the CPU seconds of each stage (``.ci/run``'s
+table, the test hosts' share in brackets), before and after, with the difference, and the totals. What a
+cut of CI's work did, per stage (docs/testing.md "CI time").
+
+    python tools/ci_compare.py BEFORE.out AFTER.out
+
+Each file is the whole output of a ``.ci/run`` (its table is read, from ``== stage timings``). A stage in one
+run only is listed with a dash for the other (a stage that did not run has no row); a file without a table is
+one error line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROW = re.compile(
+    r"^\s+(?P<name>\S+)\s+start \+(?P<start>\d+) s\s+(?P<wall>[\d.]+) s\s+rc=(?P<rc>-?\d+)"
+    r".*?cpu-s\s+(?P<cpu>\d+) \(hosts\s+(?P<hosts>\d+|-)\)"
+)
+TOTAL = re.compile(r"^\s+total\s+(?P<wall>[\d.]+) s\s*$")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    wall_s: float
+    rc: int
+    cpu_s: int
+    hosts_cpu_s: int
+
+
+@dataclass(frozen=True)
+class Table:
+    stages: dict[str, Stage]
+    total_s: float | None
+
+
+def read_table(text: str) -> Table:
+    """Return the stage rows and the total of the last ``== stage timings`` table in a CI output."""
+    start = text.rfind("== stage timings")
+    if start < 0:
+        raise ValueError("no '== stage timings' table")
+    stages: dict[str, Stage] = {}
+    total: float | None = None
+    for line in text[start:].splitlines()[1:]:
+        if m := ROW.match(line):
+            hosts = 0 if m["hosts"] == "-" else int(m["hosts"])  # "-": no cgroup to count the hosts with
+            stages[m["name"]] = Stage(m["name"], float(m["wall"]), int(m["rc"]), int(m["cpu"]), hosts)
+        elif m := TOTAL.match(line):
+            total = float(m["wall"])
+        elif line.startswith("=="):
+            break
+    return Table(stages, total)
+
+
+def _num(value: float | None, width: int, digits: int = 0) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:{width}.{digits}f}"
+
+
+def compare(before: Table, after: Table) -> list[str]:
+    """The side-by-side lines: stage, wall before/after, CPU before/after (hosts), CPU difference."""
+    lines = [
+        f"{'stage':28s} {'wall s':>8s} {'->':>8s}   {'CPU-s (hosts)':>14s} {'->':>14s} {'CPU diff':>9s}",
+    ]
+    names = list(before.stages) + [n for n in after.stages if n not in before.stages]
+    for name in sorted(names, key=lambda n: -(before.stages.get(n) or after.stages[n]).cpu_s):
+        b, a = before.stages.get(name), after.stages.get(name)
+        cpu_b = f"{b.cpu_s:6d} ({b.hosts_cpu_s:5d})" if b else f"{'-':>14s}"
+        cpu_a = f"{a.cpu_s:6d} ({a.hosts_cpu_s:5d})" if a else f"{'-':>14s}"
+        diff = f"{a.cpu_s - b.cpu_s:+9d}" if a and b else f"{'-':>9s}"
+        failed = "  rc!=0" if (b and b.rc) or (a and a.rc) else ""
+        lines.append(
+            f"{name:28s} {_num(b.wall_s if b else None, 8, 1)} {_num(a.wall_s if a else None, 8, 1)}   "
+            f"{cpu_b} {cpu_a} {diff}{failed}"
+        )
+    cpu_before = sum(s.cpu_s for s in before.stages.values())
+    cpu_after = sum(s.cpu_s for s in after.stages.values())
+    hosts_before = sum(s.hosts_cpu_s for s in before.stages.values())
+    hosts_after = sum(s.hosts_cpu_s for s in after.stages.values())
+    lines.append(
+        f"{'all stages (CPU), total (wall)':28s} {_num(before.total_s, 8, 1)} {_num(after.total_s, 8, 1)}   "
+        f"{cpu_before:6d} ({hosts_before:5d}) {cpu_after:6d} ({hosts_after:5d}) {cpu_after - cpu_before:+9d}"
+    )
+    if cpu_before:
+        lines.append(f"CPU seconds after / before: {cpu_after / cpu_before:.1%}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tools/ci_compare.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("before", type=Path, help="the output of one .ci/run")
+    parser.add_argument("after", type=Path, help="the output of another")
+    args = parser.parse_args(argv)
+    tables = []
+    for path in (args.before, args.after):
+        try:
+            tables.append(read_table(path.read_text(errors="replace")))
+        except (OSError, ValueError) as e:
+            print(f"error: {path}: {e.strerror if isinstance(e, OSError) else e}", file=sys.stderr)
+            return 2
+    print("\n".join(compare(*tables)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
