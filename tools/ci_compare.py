@@ -3,6 +3,11 @@ table, the test hosts' share in brackets), before and after, with the difference
 cut of CI's work did, per stage (docs/testing.md "CI time").
 
     python tools/ci_compare.py BEFORE.out AFTER.out
+    python tools/ci_compare.py BEFORE.out AFTER.out --cases 30
+
+``--cases N`` adds the N costliest test cases of both runs, case by case (the ``cpu ... s (hosts ...) NODEID``
+lines of ``mift_testsupport/case_cpu.py``: run CI with ``MIFT_CPU_TOP`` raised, e.g. 100, to have them all; a
+module's shared set-up counts to its first case).
 
 Each file is the whole output of a ``.ci/run`` (its table is read, from ``== stage timings``). A stage in one
 run only is listed with a dash for the other (a stage that did not run has no row); a file without a table is
@@ -22,6 +27,8 @@ ROW = re.compile(
     r".*?cpu-s\s+(?P<cpu>\d+) \(hosts\s+(?P<hosts>\d+|-)\)"
 )
 TOTAL = re.compile(r"^\s+total\s+(?P<wall>[\d.]+) s\s*$")
+STAGE = re.compile(r"^== stage: (?P<name>\S+)")
+CASE = re.compile(r"^cpu (?P<cpu>[\d.]+) s \((?:hosts (?P<hosts>[\d.]+)|[^)]*)\) (?P<nodeid>\S+)")
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,37 @@ def read_table(text: str) -> Table:
         elif line.startswith("=="):
             break
     return Table(stages, total)
+
+
+def read_cases(text: str) -> dict[str, tuple[str, float, float]]:
+    """Return ``stage nodeid`` -> (stage, CPU seconds, the hosts' part) for every case a CI output lists."""
+    cases: dict[str, tuple[str, float, float]] = {}
+    stage = ""
+    for line in text.splitlines():
+        if m := STAGE.match(line):
+            stage = m["name"]
+        elif m := CASE.match(line):
+            cases[f"{stage} {m['nodeid']}"] = (stage, float(m["cpu"]), float(m["hosts"] or 0))
+    return cases
+
+
+def compare_cases(
+    before: dict[str, tuple[str, float, float]], after: dict[str, tuple[str, float, float]], count: int
+) -> list[str]:
+    """The ``count`` costliest cases of either run, before and after (a dash where a run has none)."""
+    keys = sorted(
+        set(before) | set(after),
+        key=lambda k: -max(before.get(k, ("", 0, 0))[1], after.get(k, ("", 0, 0))[1]),
+    )
+    lines = [f"{'CPU-s':>7s} {'->':>7s}  {'stage':22s} case"]
+    for key in keys[:count]:
+        stage, _, nodeid = key.partition(" ")
+        b, a = before.get(key), after.get(key)
+        lines.append(
+            f"{_num(b[1] if b else None, 7, 1)} {_num(a[1] if a else None, 7, 1)}  {stage:22s} "
+            f"{nodeid.rpartition('::')[2]}"
+        )
+    return lines
 
 
 def _num(value: float | None, width: int, digits: int = 0) -> str:
@@ -94,15 +132,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/ci_compare.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("before", type=Path, help="the output of one .ci/run")
     parser.add_argument("after", type=Path, help="the output of another")
+    parser.add_argument("--cases", type=int, default=0, metavar="N", help="also the N costliest cases")
     args = parser.parse_args(argv)
+    texts = []
     tables = []
     for path in (args.before, args.after):
         try:
-            tables.append(read_table(path.read_text(errors="replace")))
+            texts.append(path.read_text(errors="replace"))
+            tables.append(read_table(texts[-1]))
         except (OSError, ValueError) as e:
             print(f"error: {path}: {e.strerror if isinstance(e, OSError) else e}", file=sys.stderr)
             return 2
     print("\n".join(compare(*tables)))
+    if args.cases > 0:
+        print()
+        print("\n".join(compare_cases(read_cases(texts[0]), read_cases(texts[1]), args.cases)))
     return 0
 
 

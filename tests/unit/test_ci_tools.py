@@ -153,8 +153,8 @@ CI_OUT = "\n".join(
 SLURM_ROW = ci_row("slurm-e2e", 766, 633.5, 1, 554, 370)
 
 
-def ci_compare(*paths: Path) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, str(REPO / "tools" / "ci_compare.py"), *map(str, paths)]
+def ci_compare(*args: Path | str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, str(REPO / "tools" / "ci_compare.py"), *map(str, args)]
     return subprocess.run(argv, capture_output=True, text=True, check=False)
 
 
@@ -205,3 +205,20 @@ def test_ci_compare_says_in_one_line_when_a_file_has_no_table(tmp_path: Path) ->
     )
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [f"error: {tmp_path / 'a.out'}: no '== stage timings' table"]
+
+
+def test_ci_compare_lists_the_costliest_cases_of_both_runs(tmp_path: Path) -> None:
+    before = CI_OUT.replace(
+        "... its output ...",
+        "cpu 40.0 s (hosts 30.0) tests/faults/test_a.py::test_one\n"
+        "cpu 9.5 s (hosts 0.0) tests/unit/t.py::test_u",
+    )
+    after = CI_OUT.replace("... its output ...", "cpu 12.0 s (hosts -) tests/faults/test_a.py::test_one")
+    (tmp_path / "a.out").write_text(before)
+    (tmp_path / "b.out").write_text(after)
+    assert compare.read_cases(after) == {"lint tests/faults/test_a.py::test_one": ("lint", 12.0, 0.0)}
+    out = ci_compare(tmp_path / "a.out", tmp_path / "b.out", "--cases", "5")
+    assert out.returncode == 0, out.stderr
+    cases = out.stdout.split("\n\n")[1].splitlines()
+    assert cases[1].split() == ["40.0", "12.0", "lint", "test_one"]
+    assert cases[2].split() == ["9.5", "-", "lint", "test_u"]
