@@ -172,17 +172,7 @@ def test_ci_compare_lists_each_stage_before_and_after_with_the_difference(tmp_pa
     after = after.replace("== stage logs", f"{SLURM_ROW}\n== stage logs")
     (tmp_path / "a.out").write_text(CI_OUT)
     (tmp_path / "b.out").write_text(after)
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "tools" / "ci_compare.py"),
-            str(tmp_path / "a.out"),
-            str(tmp_path / "b.out"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = ci_compare(tmp_path / "a.out", tmp_path / "b.out")
     assert out.returncode == 0, out.stderr
     rows = {line.split()[0]: line for line in out.stdout.splitlines()[1:]}
     assert rows["faults"].split()[-1] == "-153"
@@ -192,17 +182,7 @@ def test_ci_compare_lists_each_stage_before_and_after_with_the_difference(tmp_pa
 
 def test_ci_compare_says_in_one_line_when_a_file_has_no_table(tmp_path: Path) -> None:
     (tmp_path / "a.out").write_text("== stage: lint\nboom\n")
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "tools" / "ci_compare.py"),
-            str(tmp_path / "a.out"),
-            str(tmp_path / "a.out"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = ci_compare(tmp_path / "a.out", tmp_path / "a.out")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [f"error: {tmp_path / 'a.out'}: no '== stage timings' table"]
 
