@@ -27,7 +27,6 @@ import pytest
 import yaml
 
 from mift_testsupport.cluster import Cluster
-from mift_testsupport.rig import rig_id_from_env
 from mift_testsupport.slurm import (
     HEAD,
     NODES,
@@ -35,7 +34,6 @@ from mift_testsupport.slurm import (
     login_only_inventory,
     no_run_process,
     run_to_success,
-    shared_dir,
     squeue,
     stop_and_check,
 )
@@ -43,14 +41,15 @@ from mift_testsupport.slurm import (
 if TYPE_CHECKING:
     from mift_testsupport.slurm import SlurmRig
 
-SHARED = shared_dir(rig_id_from_env("SLURM_E2E_RIG_ID", 9))  # the same path on the controller and every host
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 
 class LoginCluster(Cluster):
-    """The cluster, with the launcher's inventory holding only the login host."""
+    """The cluster, with the launcher's inventory holding only the login host, and the folder every host sees
+    at the same path."""
 
     login_inventory: Path
+    shared: Path
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +58,16 @@ def cluster(slurm_cluster: SlurmRig, tmp_path_factory: pytest.TempPathFactory) -
     c = LoginCluster(slurm_cluster.rig, tmp_path_factory.mktemp("slurm-login-e2e"))
     c.login_inventory = login_only_inventory(slurm_cluster.rig.inventory, c.work / "login.yml")
     c.inventory = c.login_inventory
+    c.shared = slurm_cluster.shared
     return c
 
 
-def login_job(c: Cluster, name: str, *, slurm: dict[str, Any] | None = None, **spec: Any) -> Path:
+def login_job(c: LoginCluster, name: str, *, slurm: dict[str, Any] | None = None, **spec: Any) -> Path:
     """A job spec for the login-host-only mode: no ``hosts``, ``slurm.shared_dir`` and ``slurm.nodes: 2``."""
     path = c.job(name, **spec)
     data = yaml.safe_load(path.read_text())
     data.pop("hosts", None)
-    data["slurm"] = {"shared_dir": str(SHARED), "nodes": len(NODES), **(slurm or {})}
+    data["slurm"] = {"shared_dir": str(c.shared), "nodes": len(NODES), **(slurm or {})}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -84,14 +84,14 @@ def launcher_hosts(run: Path) -> set[str]:
     return hosts
 
 
-def wait_rank0_step(c: Cluster, name: str, proc: Any = None, seconds: float = 600) -> str:
+def wait_rank0_step(c: LoginCluster, name: str, proc: Any = None, seconds: float = 600) -> str:
     """Wait until rank 0 logged a training step (read in the shared folder); return the run id."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"launcher ended early (rc={proc.returncode})")
         run_id = str(c.record(name).get("run_id", "")) if c.runs.is_dir() and c.run_dirs() else ""
-        log = SHARED / run_id / "rank0" / "output" / "trainer_log.jsonl"
+        log = c.shared / run_id / "rank0" / "output" / "trainer_log.jsonl"
         if run_id and log.is_file() and '"current_steps"' in log.read_text():
             return run_id
         time.sleep(1)
@@ -105,18 +105,18 @@ def test_tiny_zero3_across_two_nodes_from_the_login_host_alone(cluster: LoginClu
     run = cluster.run_dir("login-z3")
     run_id = rec["run_id"]
     assert rec["backend"] == "slurm" and rec["status"] == "succeeded", rec.get("result_reason")
-    assert rec["slurm"]["state"] == "COMPLETED" and rec["slurm"]["run_root"] == f"{SHARED}/{run_id}"
+    assert rec["slurm"]["state"] == "COMPLETED" and rec["slurm"]["run_root"] == f"{cluster.shared}/{run_id}"
     assert rec["hosts"] == ["rank0", "rank1"]
     assert {rec["nodes"][r]["slurm_node"] for r in ("rank0", "rank1")} == {"host1", "host2"}, rec["nodes"]
     assert rec["summary"]["world_size"] == 2, rec["nodes"]
     losses = [json.loads(line).get("loss") for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x for x in losses if isinstance(x, float)], losses
     adapter = [p for p in rec["outputs"]["rank0"] if p.endswith("adapter_model.safetensors")]
-    assert adapter and adapter[0].startswith(f"{SHARED}/{run_id}/rank0/"), rec["outputs"]
+    assert adapter and adapter[0].startswith(f"{cluster.shared}/{run_id}/rank0/"), rec["outputs"]
     assert Path(adapter[0]).stat().st_size > 0  # in the shared folder: the controller's side of the mount
     script = (run / "job.sbatch").read_text()
     assert "--nodelist" not in script and "#SBATCH --nodes=2" in script and "slurm-check" in script
-    env1 = json.loads((SHARED / run_id / "rank1" / "env.json").read_text())
+    env1 = json.loads((cluster.shared / run_id / "rank1" / "env.json").read_text())
     assert (env1["NODE_RANK"], env1["NNODES"], env1["MASTER_ADDR"]) == ("1", "2", "host1")
     assert rec["master_addr"] == "host1"  # the record says what the allocation gave, not the plan's
     # the launcher reached the login host alone
@@ -159,7 +159,8 @@ def test_a_node_failing_its_check_in_the_allocation_fails_the_job_with_its_reaso
     assert rec["status"] == "failed"
     assert rec["result_reason"].startswith(f"slurm job {rec['slurm']['job_id']} FAILED")
     assert f"(host2): preflight: {cli} not found" in rec["result_reason"]
-    assert not (SHARED / rec["run_id"] / "rank0" / "trainer.log").exists()  # no trainer started anywhere
+    # no trainer started anywhere
+    assert not (cluster.shared / rec["run_id"] / "rank0" / "trainer.log").exists()
     assert squeue(cluster) == []
 
 
@@ -171,7 +172,7 @@ def test_killing_one_nodes_trainer_fails_the_whole_job(cluster: LoginCluster) ->
         str(cluster.login_inventory),
     )
     run_id = wait_rank0_step(cluster, "login-kill", proc)
-    state = json.loads((SHARED / run_id / "rank1" / "state.json").read_text())
+    state = json.loads((cluster.shared / run_id / "rank1" / "state.json").read_text())
     host = int(state["slurm_node"].removeprefix("host"))
     rec, ended = kill_and_follow(cluster, proc, log, "login-kill", host=host, pid=state["pid"])  # rank 1
     assert f"rank1 (host{host}): trainer exited rc=-9" in rec["result_reason"]
