@@ -28,7 +28,7 @@ ROW = re.compile(
 )
 TOTAL = re.compile(r"^\s+total\s+(?P<wall>[\d.]+) s\s*$")
 STAGE = re.compile(r"^== stage: (?P<name>\S+)")
-CASE = re.compile(r"^cpu (?P<cpu>[\d.]+) s \((?:hosts (?P<hosts>[\d.]+)|[^)]*)\) (?P<nodeid>\S+)")
+CASE = re.compile(r"^cpu (?P<cpu>[\d.]+) s \([^)]*\) (?P<nodeid>\S+)")
 
 
 @dataclass(frozen=True)
@@ -64,34 +64,26 @@ def read_table(text: str) -> Table:
     return Table(stages, total)
 
 
-def read_cases(text: str) -> dict[str, tuple[str, float, float]]:
-    """Return ``stage nodeid`` -> (stage, CPU seconds, the hosts' part) for every case a CI output lists."""
-    cases: dict[str, tuple[str, float, float]] = {}
+def read_cases(text: str) -> dict[str, float]:
+    """Return ``stage nodeid`` -> CPU seconds for every case a CI output lists."""
+    cases: dict[str, float] = {}
     stage = ""
     for line in text.splitlines():
         if m := STAGE.match(line):
             stage = m["name"]
         elif m := CASE.match(line):
-            cases[f"{stage} {m['nodeid']}"] = (stage, float(m["cpu"]), float(m["hosts"] or 0))
+            cases[f"{stage} {m['nodeid']}"] = float(m["cpu"])
     return cases
 
 
-def compare_cases(
-    before: dict[str, tuple[str, float, float]], after: dict[str, tuple[str, float, float]], count: int
-) -> list[str]:
+def compare_cases(before: dict[str, float], after: dict[str, float], count: int) -> list[str]:
     """The ``count`` costliest cases of either run, before and after (a dash where a run has none)."""
-    keys = sorted(
-        set(before) | set(after),
-        key=lambda k: -max(before.get(k, ("", 0, 0))[1], after.get(k, ("", 0, 0))[1]),
-    )
+    keys = sorted(set(before) | set(after), key=lambda k: -max(before.get(k, 0.0), after.get(k, 0.0)))
     lines = [f"{'CPU-s':>7s} {'->':>7s}  {'stage':22s} case"]
     for key in keys[:count]:
         stage, _, nodeid = key.partition(" ")
-        b, a = before.get(key), after.get(key)
-        lines.append(
-            f"{_num(b[1] if b else None, 7, 1)} {_num(a[1] if a else None, 7, 1)}  {stage:22s} "
-            f"{nodeid.rpartition('::')[2]}"
-        )
+        case = nodeid.rpartition("::")[2]
+        lines.append(f"{_num(before.get(key), 7, 1)} {_num(after.get(key), 7, 1)}  {stage:22s} {case}")
     return lines
 
 
