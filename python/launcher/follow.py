@@ -141,39 +141,45 @@ def follow(
     telemetry_warnings = WarningOnce()
     recorded: dict[str, Any] = {}
     restarts = 0  # a requeued Slurm job's restart count, as its nodes report it
-    while True:
-        if interrupted.is_set():
-            return Verdict("stopped", "interrupted (Ctrl-C)"), nodes
-        t0 = time.monotonic()
-        polled = job.poll()
-        if interrupted.is_set():
-            return Verdict("stopped", "interrupted (Ctrl-C)"), nodes or polled
-        nodes = polled
-        verdict = job.judge(nodes)
-        lines, fell_back = transport.observe(nodes) if transport is not None else ([], "")
-        if fell_back and verdict.state == "running":
-            verdict = Verdict("failed", fell_back)
-        elif fell_back:  # the run ended in this very poll: its verdict stands, the fall-back is still said
-            lines.append(f"warning: {fell_back} (the run had ended: {verdict.state})")
-        view.show(job.hosts, nodes, verdict)
-        for line in [*telemetry_warnings.new_lines(nodes), *lines]:
-            print(line, file=view.out, flush=True)
-        job.run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
-        if transport is not None and transport.record() != recorded:
-            recorded = transport.record()
-            job.run.update(transport=recorded)
-        if verdict.state != "running":
-            return verdict, nodes
-        restarted = max(
-            (n.get("restart") or 0 for n in nodes.values() if isinstance(n.get("restart"), int)), default=0
-        )
-        if watch is not None and (queued(nodes) or restarted != restarts):
-            watch.restart(time.monotonic())  # waiting in Slurm's queue, or starting over: no stall
-        restarts = restarted
-        stall = watch.observe(nodes, time.monotonic()) if watch is not None else None
-        if stall is not None:
-            job.run.update(stall=stall.as_dict())
-            return Verdict("stalled", stall.reason), nodes
-        if job_timeout_s and time.monotonic() - started > job_timeout_s:
-            return Verdict("failed", f"job_s timeout of {job_timeout_s} s reached"), nodes
-        interrupted.wait(max(0.0, poll_interval_s - (time.monotonic() - t0)))
+    with job.polling(poll_interval_s) as poll:  # the ssh backend: one playbook for the whole follow
+        while True:
+            if interrupted.is_set():
+                return Verdict("stopped", "interrupted (Ctrl-C)"), nodes
+            t0 = time.monotonic()
+            polled = poll()
+            if interrupted.is_set():
+                return Verdict("stopped", "interrupted (Ctrl-C)"), nodes or polled
+            nodes = polled
+            verdict = job.judge(nodes)
+            lines, fell_back = transport.observe(nodes) if transport is not None else ([], "")
+            if fell_back and verdict.state == "running":
+                verdict = Verdict("failed", fell_back)
+            elif (
+                fell_back
+            ):  # the run ended in this very poll: its verdict stands, the fall-back is still said
+                lines.append(f"warning: {fell_back} (the run had ended: {verdict.state})")
+            view.show(job.hosts, nodes, verdict)
+            for line in [*telemetry_warnings.new_lines(nodes), *lines]:
+                print(line, file=view.out, flush=True)
+            job.run.update(
+                nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()}
+            )
+            if transport is not None and transport.record() != recorded:
+                recorded = transport.record()
+                job.run.update(transport=recorded)
+            if verdict.state != "running":
+                return verdict, nodes
+            restarted = max(
+                (n.get("restart") or 0 for n in nodes.values() if isinstance(n.get("restart"), int)),
+                default=0,
+            )
+            if watch is not None and (queued(nodes) or restarted != restarts):
+                watch.restart(time.monotonic())  # waiting in Slurm's queue, or starting over: no stall
+            restarts = restarted
+            stall = watch.observe(nodes, time.monotonic()) if watch is not None else None
+            if stall is not None:
+                job.run.update(stall=stall.as_dict())
+                return Verdict("stalled", stall.reason), nodes
+            if job_timeout_s and time.monotonic() - started > job_timeout_s:
+                return Verdict("failed", f"job_s timeout of {job_timeout_s} s reached"), nodes
+            interrupted.wait(max(0.0, poll_interval_s - (time.monotonic() - t0)))

@@ -5,11 +5,12 @@ Built from the run record alone, so ``status``, ``stop`` and ``logs`` use it aft
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.backends import backend_of
 from launcher.data import mift_contract as contract
@@ -20,6 +21,9 @@ from launcher.runner import PlaybookResult, PlaybookRunner
 from launcher.runs import RunDir, RunRecord
 from launcher.telemetry import after_fields, gpu_series
 from launcher.verdict import Judge, settled_notes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 
 class Job:
@@ -47,6 +51,17 @@ class Job:
     def poll(self) -> dict[str, contract.NodeStatus]:
         """Return host -> the agent's status, through the run's backend."""
         return self.backend.poll(self)
+
+    @contextlib.contextmanager
+    def polling(self, interval_s: float) -> Iterator[Callable[[], dict[str, contract.NodeStatus]]]:
+        """Yield the poll of a follow that polls every ``interval_s`` seconds (the backend's poller: the ssh
+        backend's runs one playbook for the whole follow); whatever polls between two polls ends with the
+        block, however it ends."""
+        poller = self.backend.poller(self, interval_s)
+        try:
+            yield poller.poll
+        finally:
+            poller.close()
 
     def stop(self) -> PlaybookResult:
         """Stop the trainer on every node through the run's backend (not interruptible)."""

@@ -19,7 +19,7 @@ from launcher.nodelayout import layout
 from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 LOG = logging.getLogger(__name__)
 
@@ -29,6 +29,9 @@ KEEP_EVENTS = ("runner_on_failed", "runner_on_unreachable", "playbook_on_stats")
 # the playbooks hand their results back with set_stats (per_host: false, aggregate: true) under this key:
 # {host: {result name: value}}; ansible-runner delivers it as the stats event's artifact_data
 RESULTS_KEY = "mift_results"
+# seconds between two looks of ansible-runner at the cancel callback while a playbook prints nothing (its
+# default: 5 s): Ctrl-C, or the end of a background playbook (:meth:`PlaybookRunner.start`), acts within this
+CANCEL_CHECK_S = 0.5
 
 
 @dataclass
@@ -65,7 +68,26 @@ class PlaybookResult:
         return [h for h in play_hosts if h in reports], reports
 
 
-def _failure_line(res: Mapping[str, Any], task: str) -> str:
+@dataclass
+class RunningPlaybook:
+    """A playbook started in the background (:meth:`PlaybookRunner.start`)."""
+
+    playbook: str
+    thread: threading.Thread
+    stop_requested: threading.Event
+
+    def running(self) -> bool:
+        """Return True while the playbook runs."""
+        return self.thread.is_alive()
+
+    def stop(self, wait_s: float = 30.0) -> None:
+        """End the playbook (SIGKILL to its process group, ansible-runner's cancel) and wait until it has."""
+        self.stop_requested.set()
+        self.thread.join(wait_s)
+
+
+def failure_line(res: Mapping[str, Any], task: str) -> str:
+    """Return one line saying why a task failed on a host (its message, else its last line of stderr)."""
     msg = str(res.get("msg") or "").strip()
     stderr = str(res.get("stderr") or "").strip()
     detail = msg if msg and msg != "non-zero return code" else stderr.splitlines()[-1] if stderr else msg
@@ -100,7 +122,12 @@ class PlaybookRunner:
         env_dir.mkdir(exist_ok=True)
         (env_dir / "settings").write_text(
             json.dumps(
-                {"idle_timeout": idle_timeout, "job_timeout": job_timeout, "suppress_ansible_output": True}
+                {
+                    "idle_timeout": idle_timeout,
+                    "job_timeout": job_timeout,
+                    "suppress_ansible_output": True,
+                    "pexpect_timeout": CANCEL_CHECK_S,
+                }
             )
         )
         if inventory is not None and not inventory.exists():
@@ -143,6 +170,35 @@ class PlaybookRunner:
     def _finished(self, runner: Any) -> None:  # noqa: ANN401 - ansible_runner.Runner
         self.last_status = str(getattr(runner, "status", ""))
 
+    def _args(
+        self,
+        playbook: str,
+        extravars: Mapping[str, Any],
+        *,
+        ident: str,
+        event_handler: Callable[[dict[str, Any]], bool],
+        cancel_callback: Callable[[], bool],
+        limit: str | None = None,
+        timeout: int | None = None,
+    ) -> dict[str, Any]:
+        """Return ansible-runner's arguments for one run of ``playbooks/<playbook>.yml``."""
+        artifact = self.private_data_dir / "artifacts" / ident
+        if artifact.exists():
+            shutil.rmtree(artifact)
+        args = dict(self._base_args)
+        args.update(
+            playbook=str(PLAYBOOK_DIR / f"{playbook}.yml"),
+            ident=ident,
+            extravars={**layout().extravars(), **extravars},  # the node layout: one home (nodelayout)
+            event_handler=event_handler,
+            cancel_callback=cancel_callback,
+        )
+        if limit:
+            args["limit"] = limit
+        if timeout:
+            args["timeout"] = timeout
+        return args
+
     def run(
         self,
         playbook: str,
@@ -167,10 +223,12 @@ class PlaybookRunner:
         """
         self._seq += 1
         ident = ident or f"{self._seq:03d}-{playbook}"
-        artifact = self.private_data_dir / "artifacts" / ident
-        if artifact.exists():
-            shutil.rmtree(artifact)
-        result = PlaybookResult(playbook=playbook, rc=-1, status="unstarted", artifact_dir=str(artifact))
+        result = PlaybookResult(
+            playbook=playbook,
+            rc=-1,
+            status="unstarted",
+            artifact_dir=str(self.private_data_dir / "artifacts" / ident),
+        )
 
         def on_event(event: dict[str, Any]) -> bool:
             kind = event.get("event")
@@ -178,18 +236,16 @@ class PlaybookRunner:
                 self._collect(result, event)
             return keep_events
 
-        args = dict(self._base_args)
-        args.update(
-            playbook=str(PLAYBOOK_DIR / f"{playbook}.yml"),
+        cancel = self.cancel_requested.is_set if cancellable else (lambda: False)
+        args = self._args(
+            playbook,
+            extravars,
             ident=ident,
-            extravars={**layout().extravars(), **extravars},  # the node layout: one home (nodelayout)
             event_handler=on_event,
-            cancel_callback=(self.cancel_requested.is_set if cancellable else (lambda: False)),
+            cancel_callback=cancel,
+            limit=limit,
+            timeout=timeout,
         )
-        if limit:
-            args["limit"] = limit
-        if timeout:
-            args["timeout"] = timeout
         LOG.debug("ansible-runner: %s ident=%s", playbook, ident)
         runner = ansible_runner.run(**args)
         result.rc = int(runner.rc) if runner.rc is not None else -1
@@ -198,6 +254,36 @@ class PlaybookRunner:
         if result.status == "failed" and result.rc == 0:
             result.rc = 1
         return result
+
+    def start(
+        self,
+        playbook: str,
+        extravars: Mapping[str, Any],
+        *,
+        on_event: Callable[[dict[str, Any]], None],
+        ident: str,
+        timeout: int | None = None,
+    ) -> RunningPlaybook:
+        """Start ``playbooks/<playbook>.yml`` in the background; hand each of its events to ``on_event`` (in
+        ansible-runner's thread) as it comes, none written to disk. :attr:`cancel_requested` (Ctrl-C) or
+        :meth:`RunningPlaybook.stop` ends it (the playbook's whole process group)."""
+        stop = threading.Event()
+
+        def handle(event: dict[str, Any]) -> bool:
+            on_event(event)
+            return False
+
+        args = self._args(
+            playbook,
+            extravars,
+            ident=ident,
+            event_handler=handle,
+            cancel_callback=lambda: stop.is_set() or self.cancel_requested.is_set(),
+            timeout=timeout,
+        )
+        LOG.debug("ansible-runner (background): %s ident=%s", playbook, ident)
+        thread, _runner = ansible_runner.run_async(**args)
+        return RunningPlaybook(playbook, thread, stop)
 
     @staticmethod
     def _collect(result: PlaybookResult, event: dict[str, Any]) -> None:
@@ -210,7 +296,7 @@ class PlaybookRunner:
             result.unreachable.append(host)
             result.failures[host] = f"unreachable: {str(res.get('msg', '')).strip()}"
         elif kind == "runner_on_failed" and not data.get("ignore_errors"):
-            result.failures.setdefault(host, _failure_line(res, task))
+            result.failures.setdefault(host, failure_line(res, task))
         if kind == "playbook_on_stats":
             handed = (data.get("artifact_data") or {}).get(RESULTS_KEY)
             if isinstance(handed, dict):

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from poll_stream_double import PollStreamDouble
 
 from launcher.main import cli
 from launcher.repo import PLAYBOOK_DIR
@@ -50,7 +51,7 @@ def _facts(host: str) -> dict[str, Any]:
     }
 
 
-class NodesDouble:
+class NodesDouble(PollStreamDouble):
     """Test double of PlaybookRunner: two healthy nodes, no ssh; keeps what ``launch`` would ship per node."""
 
     shipped: dict[str, dict[str, Any]]

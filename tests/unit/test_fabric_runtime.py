@@ -8,6 +8,7 @@ of PlaybookRunner (``TransportNodesDouble``).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from poll_stream_double import PollStreamDouble
 from test_cli_in_process import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 from test_fabric_env import roce_port_double
 
@@ -213,7 +215,7 @@ def test_the_failure_is_socket_fallback_and_never_retried() -> None:
 # --- the engine, in-process against a test double of the nodes ---------------------------------------------
 
 
-class TransportNodesDouble:
+class TransportNodesDouble(PollStreamDouble):
     """Test double of PlaybookRunner: two RoCE nodes (TEST DOUBLE net facts); from the second poll on host2's
     agent reports ``Using network Socket``, host1's ``IB``; the run finishes on the fourth poll."""
 
@@ -338,6 +340,10 @@ class EndedJobTEST_DOUBLE:  # noqa: N801 - the test-double marker in the name
             "host1": {"state": "finished", "rc": 0, "outputs_complete": True, "net_transport": ["IB"]},
             "host2": {"state": "finished", "rc": 0, "net_transport": ["Socket"]},
         }
+
+    def polling(self, interval_s: float) -> contextlib.nullcontext[Any]:
+        del interval_s
+        return contextlib.nullcontext(self.poll)
 
     def judge(self, nodes: dict[str, dict[str, Any]]) -> Verdict:
         del nodes

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from poll_stream_double import PollStreamDouble
 from test_cli_in_process import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 from test_plan_wiring import SHAPE_8B
 
@@ -447,7 +448,7 @@ def test_losses_of_a_resumed_attempt_count_once_per_step():
 # --- the engine: attempts against a test double of the nodes -----------------------------------------------
 
 
-class FlakyNodesDouble:
+class FlakyNodesDouble(PollStreamDouble):
     """Test double of PlaybookRunner: two healthy nodes whose first attempt fails (host2's rank SIGKILLed at
     step 6, checkpoint-4 complete on both) and whose second attempt finishes; records every playbook run."""
 
@@ -893,7 +894,7 @@ def test_attempt_lines_say_which_spare_took_whose_place():
     assert "nodes host1,host3 (host3 in host2's place)  from checkpoint-4" in lines[1]
 
 
-class SpareNodesDouble:
+class SpareNodesDouble(PollStreamDouble):
     """Test double of PlaybookRunner: trainers host1, host2 and the spare host3 (the inventory's ``spares``)
     on a shared output_dir. The first attempt fails with a GPU error on host2 (checkpoint-4 complete); later
     attempts finish. ``spare_down``: host3 is unreachable (its preflight fails)."""

@@ -34,6 +34,7 @@ def test_the_launcher_playbooks_are_package_data_and_the_package_carries_the_set
         "preflight",
         "launch",
         "poll",
+        "poll_stream",
         "stop",
         "collect",
         "stage",

@@ -82,7 +82,7 @@ def nodes_from(result: PlaybookResult, hosts: list[str]) -> dict[str, contract.N
             pass
         if host in result.unreachable:
             nodes[host] = {"state": contract.UNREACHABLE}
-        elif host in result.failures and _timed_out(result.failures[host]):  # poll.yml's timeout
+        elif host in result.failures and timed_out(result.failures[host]):  # poll.yml's timeout
             nodes[host] = {"state": contract.UNREACHABLE, "error": result.failures[host]}
         elif host in result.failures:
             nodes[host] = {"state": contract.ABSENT, "error": result.failures[host]}
@@ -91,6 +91,6 @@ def nodes_from(result: PlaybookResult, hosts: list[str]) -> dict[str, contract.N
     return nodes
 
 
-def _timed_out(failure: str) -> bool:
+def timed_out(failure: str) -> bool:
     """Return True for the failure of a task stopped by its ``timeout`` (ansible-core 2.19 and older)."""
     return "Timed out after" in failure or "expected time frame" in failure

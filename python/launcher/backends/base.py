@@ -2,7 +2,8 @@
 
 A backend owns the whole remote side of a run: ``prepare`` (a frozen :class:`Handle`: what the run record
 keeps to find the run's remote half again), the recovery policy it can follow, where preflight runs, start,
-poll, judge, stop and collect. The engine calls these and nothing else; a new backend is one new module.
+poll (once, or for a whole follow: :class:`Poller`), judge, stop and collect. The engine calls these and
+nothing else; a new backend is one new module.
 """
 
 from __future__ import annotations
@@ -86,6 +87,32 @@ class RunNodes(Protocol):
         ...
 
 
+class Poller(Protocol):
+    """How a follow polls a run's nodes, from its first poll to its end (:meth:`Backend.poller`)."""
+
+    def poll(self) -> dict[str, contract.NodeStatus]:
+        """Return host -> the node agent's status."""
+        ...
+
+    def close(self) -> None:
+        """End whatever polls between two polls (the follow is over)."""
+        ...
+
+
+class PollEach:
+    """A poller that runs the backend's one-shot poll at every poll."""
+
+    def __init__(self, poll: Callable[[], dict[str, contract.NodeStatus]]) -> None:
+        self._poll = poll
+
+    def poll(self) -> dict[str, contract.NodeStatus]:
+        """Return host -> the node agent's status, from one poll playbook."""
+        return self._poll()
+
+    def close(self) -> None:
+        """Nothing runs between two polls."""
+
+
 class Preflight(Protocol):
     """:func:`launcher.preflight.run_preflight`, as the engine hands it to :meth:`Backend.preflight`."""
 
@@ -161,7 +188,11 @@ class Backend(Protocol):
         ...
 
     def poll(self, job: RunNodes) -> dict[str, contract.NodeStatus]:
-        """Return host -> the node agent's status."""
+        """Return host -> the node agent's status (one poll: ``status``, a settled look after a failure)."""
+        ...
+
+    def poller(self, job: RunNodes, interval_s: float) -> Poller:
+        """Return the poller of a follow that polls every ``interval_s`` seconds."""
         ...
 
     def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:

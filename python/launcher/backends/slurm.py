@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.backends.agent import POLL_TIMEOUT_S, collect_agents, nodes_from
-from launcher.backends.base import HANDLE_KEY, Handle
+from launcher.backends.base import HANDLE_KEY, Handle, PollEach
 from launcher.backends.slurm_script import (
     ENDED_BADLY,
     QUEUED,
@@ -354,6 +354,11 @@ class SlurmBackend:
             shown = f"{contract.PENDING}({self.last.reason})" if self.last.reason else contract.PENDING
             nodes = {h: {**n, "state": shown} for h, n in nodes.items()}
         return nodes
+
+    def poller(self, job: RunNodes, interval_s: float) -> PollEach:
+        """One poll playbook a poll: each also asks slurmctld on the login host."""
+        del interval_s  # the follow waits between two polls
+        return PollEach(lambda: self.poll(job))
 
     def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:
         """Slurm's job state decides; the nodes say which trainer failed first, and whether a completed

@@ -6,6 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.backends.agent import collect_agents, poll_agents, stop_agents
+from launcher.backends.agent_stream import AgentStream
 from launcher.backends.base import Handle, recovery_or_note
 from launcher.data import mift_contract as contract
 
@@ -32,7 +33,8 @@ class SshHandle(Handle):
 
 
 class SshBackend:
-    """Start through playbooks/launch.yml, poll through poll.yml, stop through stop.yml."""
+    """Start through playbooks/launch.yml, poll through poll.yml (a follow: poll_stream.yml), stop through
+    stop.yml."""
 
     name: ClassVar[str] = "ssh"
 
@@ -100,6 +102,10 @@ class SshBackend:
     def poll(self, job: RunNodes) -> dict[str, contract.NodeStatus]:
         """Ask every node's agent."""
         return poll_agents(job)
+
+    def poller(self, job: RunNodes, interval_s: float) -> AgentStream:
+        """Ask every node's agent through one playbook for the whole follow (poll_stream.yml)."""
+        return AgentStream(job, interval_s)
 
     def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:
         """The node judge: the first failed node ends the run."""

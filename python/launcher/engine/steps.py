@@ -703,6 +703,7 @@ def _ship_and_follow(
     finally:
         _remove_bundles(run)
     job = Job(run)
+    job.runner.cancel_requested = interrupted  # Ctrl-C ends a poll's wait and the follow's poll playbook
     started = {h: launch.report(h, "start") for h in facts.hosts}
     run.update(start_s=round(time.monotonic() - t_start, 2), started={h: s for h, s in started.items() if s})
     if interrupted.is_set() or not launch.ok:
