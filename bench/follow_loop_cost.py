@@ -1,34 +1,37 @@
-"""What following a run costs the controller: one playbook per poll (what the launcher does today) against one
-playbook for the whole follow, whose status task loops (``until``/``retries``/``delay``) and hands each answer
-to the caller as a ``runner_retry`` event (the design docs/measurements.md "CI A and B" weighs). Both through
-ansible-runner, on 2 local-connection nodes, the same raw status command, the same number of answers:
+"""What following a run costs the controller: the launcher's two ways to poll, side by side, through its own
+code (launcher/runner.py) and playbooks, the node agent (mift_agent.py status) answering on 2 local-connection
+nodes:
 
-    python bench/follow_loop_cost.py [--polls 20] [--interval 1]
+* one playbook per poll: ``poll_agents`` (playbooks/poll.yml), what ``launcher status`` and the Slurm
+  backends run, and what a follow ran before;
+* one playbook per follow: ``AgentStream`` (playbooks/poll_stream.yml), what a follow of the ssh backend runs:
+  its task loops (``until: false``, ``delay``) and hands each answer over as a ``runner_retry`` event.
 
-Prints the controller CPU seconds (this process and its children) and the wall seconds of each, per poll.
-The playbooks are this bench's own (a raw task standing in for ``mift_agent.py status``): it measures the
-shape of the follow, not the launcher's code.
+    .venv/bin/python bench/follow_loop_cost.py [--polls 20] [--interval 1]
+
+Prints the controller CPU seconds (this process and its reaped children: ansible-playbook, its forks, the
+agent) and the wall seconds of each, per poll, and how many answers each got.
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
 import yaml
 
-STATUS = 'echo \'{"state": "running"}\''
-INVENTORY = {
-    "all": {
-        "hosts": {"n0": {}, "n1": {}},
-        "vars": {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3"},
-    }
-}
+from launcher.backends.agent import agent_source, poll_agents
+from launcher.backends.agent_stream import AgentStream
+from launcher.runner import PlaybookRunner
+
+HOSTS = ["n0", "n1"]
+RUN_ID = "bench-follow"
 
 
 def cpu_s() -> float:
@@ -38,63 +41,62 @@ def cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def playbook(answers: int, delay: float) -> list[dict[str, Any]]:
-    """The status task on every node; with ``answers`` > 1 it loops, never satisfied (``until: false``): the
-    first attempt and ``retries`` more (ansible-core 2.19 counts them so)."""
-    task: dict[str, Any] = {
-        "name": "Ask for the status",
-        "ansible.builtin.raw": STATUS,
-        "register": "status",
-        "changed_when": False,
-    }
-    if answers > 1:
-        task.update(until="false", retries=answers - 1, delay=delay, ignore_errors=True)
-    return [{"name": "Follow", "hosts": "all", "gather_facts": False, "tasks": [task]}]
+class BenchJob:
+    """The part of launcher.job.Job the pollers use: its hosts, extra vars and runner."""
+
+    def __init__(self, work: Path) -> None:
+        inventory = work / "inventory.yml"
+        local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        inventory.write_text(yaml.safe_dump({"all": {"hosts": {h: {} for h in HOSTS}, "vars": local}}))
+        self.runner = PlaybookRunner(work / "ansible", inventory=inventory)
+        self.hosts = list(HOSTS)
+        self.base_vars: dict[str, Any] = {
+            "mift_hosts": ",".join(HOSTS),
+            "mift_run_id": RUN_ID,
+            "mift_runs_root": str(work / "runs"),
+        }
+        run_dir = work / "runs" / RUN_ID
+        run_dir.mkdir(parents=True)
+        agent = Path(agent_source())
+        for script in agent.parent.glob("mift_*.py"):  # the agent and the modules it imports
+            shutil.copy(script, run_dir / script.name)
 
 
-def run(work: Path, answers: int, delay: float) -> int:
-    """Run the playbook once; return the answers it handed back (ok and retry events with a stdout)."""
-    got = 0
-
-    def on_event(event: dict[str, Any]) -> bool:
-        nonlocal got
-        if event.get("event") in ("runner_retry", "runner_on_ok", "runner_on_failed"):
-            got += "running" in str((event.get("event_data", {}).get("res") or {}).get("stdout", ""))
-        return False
-
-    pdd = Path(tempfile.mkdtemp(dir=work))
-    ansible_runner.run(
-        private_data_dir=str(pdd),
-        playbook=playbook(answers, delay),
-        inventory=str(work / "inventory.yml"),
-        quiet=True,
-        event_handler=on_event,
-    )
-    return got
+def answered(nodes: dict[str, Any]) -> int:
+    """Return how many nodes gave an agent's answer (no trainer here: ``absent``)."""
+    return sum(1 for n in nodes.values() if n.get("state") == "absent" and "error" not in n)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/follow_loop_cost.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--polls", type=int, default=20, help="answers per node (default 20)")
+    parser.add_argument("--polls", type=int, default=20, help="polls (default 20)")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between polls (default 1)")
     args = parser.parse_args(argv)
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        (work / "inventory.yml").write_text(yaml.safe_dump(INVENTORY))
-        rows = []
+        job = BenchJob(Path(tmp))
         c0, t0 = cpu_s(), time.monotonic()
-        answers = 0
+        got = 0
         for _ in range(args.polls):
-            answers += run(work, 1, 0)
-            time.sleep(args.interval)
-        rows.append(("one playbook per poll", answers, cpu_s() - c0, time.monotonic() - t0))
+            t = time.monotonic()
+            got += answered(poll_agents(job))  # type: ignore[arg-type]
+            time.sleep(max(0.0, args.interval - (time.monotonic() - t)))
+        rows.append(("one playbook per poll", got, cpu_s() - c0, time.monotonic() - t0))
         c0, t0 = cpu_s(), time.monotonic()
-        answers = run(work, args.polls, args.interval)
-        rows.append(("one playbook per follow", answers, cpu_s() - c0, time.monotonic() - t0))
-    print(f"2 local nodes, {args.polls} polls each, {args.interval:g} s apart:")
+        got = 0
+        stream = AgentStream(job, args.interval)  # type: ignore[arg-type]
+        try:
+            for _ in range(args.polls):
+                got += answered(stream.poll())
+        finally:
+            stream.close()
+        rows.append(("one playbook per follow", got, cpu_s() - c0, time.monotonic() - t0))
+    print(
+        f"{len(HOSTS)} local nodes, {args.polls} polls, {args.interval:g} s apart (the node agent answers):"
+    )
     print(f"{'follow':26s} {'answers':>7s} {'CPU s':>7s} {'CPU s/poll':>10s} {'wall s':>7s}")
-    for label, got, cpu, wall in rows:
-        print(f"{label:26s} {got:7d} {cpu:7.2f} {cpu / args.polls:10.3f} {wall:7.1f}")
+    for label, n, cpu, wall in rows:
+        print(f"{label:26s} {n:7d} {cpu:7.2f} {cpu / args.polls:10.3f} {wall:7.1f}")
     return 0
 
 
