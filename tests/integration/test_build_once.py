@@ -2,6 +2,13 @@
 
 The rig id can be moved with ``MIFT_BUILDONCE_RIG_ID``.
 
+The hosts start from the provisioned host image (mift_testsupport.image, made first when it is not current;
+CI's host-image stage makes it): the builder's toolchain and python3-dev are there already, as on a cluster
+that provision.yml set up, so the cases pay for the builds and installs they are about, not for apt. The
+first install of that toolchain on a fresh builder, through this role, is what the image itself is made by
+(provision.yml's DeepSpeed build). Builds of the image's own wheels are in the builder's build log: the cases
+read their own entries (by dist).
+
 The fixture package tests/fixtures/buildonce_pkg has a C extension, so building its wheel really compiles.
 Run 1: exactly one host (the builder, first of `trainers`) builds; the controller caches the wheel; every
 host installs it from the cache. Run 2: nothing is built and nothing changes. Run 3: a changed build flag
@@ -12,8 +19,8 @@ venv first, the venv's bin first on PATH, MAX_JOBS) on the builder with tests/fi
 STAND-IN for flash-attention's source (a torch C++ op built with torch.utils.cpp_extension against the CPU
 torch; the CK kernels need ROCm), in a venv made with python3.11 and the packages python_env chooses on Ubuntu
 22.04 (python3.11, python3.11-venv, python3.11-dev: Debian 12 has the same names), and shows ninja ran.
-Needs root and the rig (tools/testhosts/rig setup); the build-once test takes about 6 minutes on the 2-core
-controller, the flash_attn build test about 2-3 more.
+Needs root and the rig (tools/testhosts/rig setup); the build-once test takes about 4 minutes on the 2-core
+controller, the flash_attn build test about 2 more.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from mift_testsupport.fixtures import rig_ready_or_skip
+from mift_testsupport.image import provisioned_rig
 from mift_testsupport.paths import REPO_ROOT
-from mift_testsupport.rig import rig_id_from_env, rig_instance
+from mift_testsupport.rig import rig_id_from_env
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,14 +50,15 @@ HOSTS = 3
 BUILD_TASK = "Build the wheel on the builder, buildonce"
 INSTALL_TASK = "Install the cached wheel into the venv"
 VENV = "/opt/mift/venv-buildonce"
-# Run on each host after the role: the fixture's result, the builder's build log, the local fact.
+# Run on each host after the role: the fixture's result, the builder's build log (the fixture's builds: the
+# image's own are there too), the local fact.
 REPORT_SRC = """
 import json, pathlib, buildonce_pkg as b
 log = pathlib.Path('/var/log/mift/wheel-builds.log')
-lines = log.read_text().splitlines() if log.exists() else []
+entries = [json.loads(line) for line in (log.read_text().splitlines() if log.exists() else [])]
 fact = json.loads(pathlib.Path('/etc/ansible/facts.d/mift_wheels.fact').read_text())
-print(json.dumps({'fnv': hex(b.fnv1a64(b'a')), 'flag': b.BUILD_FLAG,
-                  'builds': [json.loads(line)['key'] for line in lines], 'fact': fact['buildonce']}))
+print(json.dumps({'fnv': hex(b.fnv1a64(b'a')), 'flag': b.BUILD_FLAG, 'fact': fact['buildonce'],
+                  'builds': [e['key'] for e in entries if e['dist'] == 'mift_buildonce_fixture']}))
 """
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
@@ -58,7 +67,7 @@ pytestmark = [pytest.mark.rig, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def inventory() -> Iterator[Path]:
     rig_ready_or_skip()
-    with rig_instance(RIG_ID, HOSTS) as rig:
+    with provisioned_rig(RIG_ID, HOSTS) as rig:
         yield rig.inventory
 
 
