@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -30,6 +30,9 @@ from mift_testsupport.rig import rig_id_from_env
 
 from .conftest import JOBS
 from .finished_run import KILL_AT, SAVE_STEPS, SLOW_ENV, STEPS, Finished, logged_losses
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -267,7 +270,18 @@ def _shared_steps(run_id: str) -> list[int]:
     return [step for step, _ in _shared_log(run_id)]
 
 
-def test_spare_replaces_lost_node(tmp_path: Path, fault_record: dict[str, Any]) -> None:
+@pytest.fixture
+def shared_folder() -> Iterator[Path]:
+    """The spare case's shared folder (bind-mounted into its 3 hosts), empty at the start, gone at the end."""
+    shutil.rmtree(SHARED, ignore_errors=True)  # this rig's own folder, from an earlier run killed midway
+    SHARED.mkdir(parents=True)
+    try:
+        yield SHARED
+    finally:
+        shutil.rmtree(SHARED, ignore_errors=True)
+
+
+def test_spare_replaces_lost_node(tmp_path: Path, shared_folder: Path, fault_record: dict[str, Any]) -> None:
     """Cut host2's network at step 6: host2 is excluded, the spare host3 passes preflight and takes its rank
     slots, and the run resumes from checkpoint-4 in the shared output_dir and reaches 20/20."""
     fault_record.update(
@@ -281,9 +295,7 @@ def test_spare_replaces_lost_node(tmp_path: Path, fault_record: dict[str, Any]) 
         f"host2's place (node rank 1); attempt 2 on host1,host3 resumes from checkpoint-4 and reaches "
         f"{STEPS}/{STEPS}, exit 0; the record and the final report list the nodes of each attempt",
     )
-    shutil.rmtree(SHARED, ignore_errors=True)  # this rig's own folder, from an earlier run
-    SHARED.mkdir(parents=True)
-    with provisioned_rig(SPARES_RIG_ID, 3, log=tmp_path / "image.log", shared_dir=str(SHARED)) as rig:
+    with provisioned_rig(SPARES_RIG_ID, 3, log=tmp_path / "image.log", shared_dir=str(shared_folder)) as rig:
         cluster = Cluster(rig, tmp_path, real_backend=False, base=JOBS)
         cluster.install_injection()  # hosts 1-3: the slow 7th step (a TEST DOUBLE): the cut lands at step 6
         inventory = _spares_inventory(rig.inventory, tmp_path / "spares.yml")
