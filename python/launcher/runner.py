@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import threading
+import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +33,8 @@ KEEP_EVENTS = ("runner_on_failed", "runner_on_unreachable", "playbook_on_stats")
 # the playbooks hand their results back with set_stats (per_host: false, aggregate: true) under this key:
 # {host: {result name: value}}; ansible-runner delivers it as the stats event's artifact_data
 RESULTS_KEY = "mift_results"
+# in the environment of a background playbook's ansible-playbook: how RunningPlaybook.stop finds it
+PLAYBOOK_TOKEN = "MIFT_PLAYBOOK_TOKEN"  # noqa: S105 - a variable's name, no secret
 # seconds between two looks of ansible-runner at the cancel callback while a playbook prints nothing (its
 # default: 5 s): Ctrl-C, or the end of a background playbook (:meth:`PlaybookRunner.start`), acts within this
 CANCEL_CHECK_S = 0.5
@@ -75,15 +81,44 @@ class RunningPlaybook:
     playbook: str
     thread: threading.Thread
     stop_requested: threading.Event
+    token: str = ""  # the value of PLAYBOOK_TOKEN in its ansible-playbook's environment
 
     def running(self) -> bool:
         """Return True while the playbook runs."""
         return self.thread.is_alive()
 
-    def stop(self, wait_s: float = 30.0) -> None:
-        """End the playbook (SIGKILL to its process group, ansible-runner's cancel) and wait until it has."""
+    def stop(self, wait_s: float = 10.0) -> None:
+        """End the playbook and wait until it has: SIGTERM to its ansible-playbook, which hands it on to its
+        workers (each in a session of its own: a SIGKILL of the playbook's process group, ansible-runner's
+        cancel, would leave them running); that cancel only when it did not end in ``wait_s``."""
+        pid = _child_with(PLAYBOOK_TOKEN, self.token) if self.token and self.running() else None
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            self.thread.join(wait_s)
         self.stop_requested.set()
         self.thread.join(wait_s)
+
+
+def _child_with(name: str, value: str, wait_s: float = 2.0) -> int | None:
+    """Return the pid of this process's child whose environment has ``name=value`` (Linux /proc), waiting
+    up to ``wait_s`` for it to appear (a playbook just started); None when there is none."""
+    wanted = f"{name}={value}".encode()
+    me = str(os.getpid())
+    deadline = time.monotonic() + wait_s
+    while True:
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                ppid = proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1]
+                if ppid == me and wanted in proc.joinpath("environ").read_bytes().split(b"\0"):
+                    return int(proc.name)
+            except (OSError, IndexError):
+                continue
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.1)
 
 
 def failure_line(res: Mapping[str, Any], task: str) -> str:
@@ -266,7 +301,7 @@ class PlaybookRunner:
     ) -> RunningPlaybook:
         """Start ``playbooks/<playbook>.yml`` in the background; hand each of its events to ``on_event`` (in
         ansible-runner's thread) as it comes, none written to disk. :attr:`cancel_requested` (Ctrl-C) or
-        :meth:`RunningPlaybook.stop` ends it (the playbook's whole process group)."""
+        :meth:`RunningPlaybook.stop` ends it, its workers with it."""
         stop = threading.Event()
 
         def handle(event: dict[str, Any]) -> bool:
@@ -281,9 +316,11 @@ class PlaybookRunner:
             cancel_callback=lambda: stop.is_set() or self.cancel_requested.is_set(),
             timeout=timeout,
         )
+        token = uuid.uuid4().hex
+        args["envvars"] = {**self._envvars, PLAYBOOK_TOKEN: token}
         LOG.debug("ansible-runner (background): %s ident=%s", playbook, ident)
         thread, _runner = ansible_runner.run_async(**args)
-        return RunningPlaybook(playbook, thread, stop)
+        return RunningPlaybook(playbook, thread, stop, token)
 
     @staticmethod
     def _collect(result: PlaybookResult, event: dict[str, Any]) -> None:

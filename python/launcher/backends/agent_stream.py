@@ -13,6 +13,7 @@ unreachable.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -103,6 +104,7 @@ class AgentStream:
                 "mift_poll_timeout_s": POLL_TIMEOUT_S,
                 "mift_poll_delay_s": self.interval_s,
                 "mift_poll_count": count,
+                "mift_launcher_pid": os.getpid(),
             },
             on_event=self._listen(starts),
             ident=IDENT,
