@@ -128,6 +128,22 @@ def run_processes(run_id: str) -> list[int]:
     return found
 
 
+def playbooks_left(lab: dict[str, Path]) -> list[str]:
+    """Return the command lines of ansible-playbook processes (a playbook or one of its workers) still running
+    against the lab's inventory: the launcher's background poll playbook must end with the follow."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            line = " ".join(a.decode(errors="replace") for a in argv)
+            if "ansible-playbook" in line and str(lab["inventory"]) in line:
+                left.append(f"{entry.name}: {line}")
+    return left
+
+
 def wait_for(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -171,6 +187,7 @@ def test_run_succeeds_with_metrics_plot_and_masked_secret(lab: dict[str, Path]) 
         run / "nodes" / "n1" / "trainer.log"
     ).is_file()
     assert "final loss" in out.stdout and "adapter" in out.stdout
+    assert not playbooks_left(lab), playbooks_left(lab)
     assert (lab["root"] / "node0" / run.name / "env.json").stat().st_mode & 0o777 == 0o600
     listing = launcher(lab, "list")
     assert run.name in listing.stdout and "succeeded" in listing.stdout
@@ -221,6 +238,7 @@ def test_ctrl_c_while_following_stops_everywhere(lab: dict[str, Path]) -> None:
     rec = record(run)
     assert rec["status"] == "stopped"
     assert node_state(lab, 0, run.name)["state"] == "stopped"
+    assert not playbooks_left(lab), playbooks_left(lab)  # the follow's poll playbook and its workers too
 
 
 def test_detach_then_stop(lab: dict[str, Path]) -> None:
