@@ -23,6 +23,8 @@ from launcher.data import mift_contract as contract
 from launcher.runner import failure_line
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from launcher.backends.base import RunNodes
     from launcher.runner import RunningPlaybook
 
@@ -71,7 +73,9 @@ class AgentStream:
         self._taken = 0  # ... when the last poll returned
         self._playbook: RunningPlaybook | None = None
 
-    def _listen(self, starts: int) -> Any:  # noqa: ANN401 - the event handler of playbook number ``starts``
+    def _listen(self, starts: int) -> Callable[[dict[str, Any]], None]:
+        """Return the event handler of playbook number ``starts``."""
+
         def on_event(event: dict[str, Any]) -> None:
             kind = str(event.get("event"))
             if kind != ANSWER and kind not in LAST:
