@@ -38,6 +38,8 @@ PLAYBOOK_TOKEN = "MIFT_PLAYBOOK_TOKEN"  # noqa: S105 - a variable's name, no sec
 # seconds between two looks of ansible-runner at the cancel callback while a playbook prints nothing (its
 # default: 5 s): Ctrl-C, or the end of a background playbook (:meth:`PlaybookRunner.start`), acts within this
 CANCEL_CHECK_S = 0.5
+# seconds a playbook asked to end (SIGTERM) has before ansible-runner's cancel (SIGKILL of its process group)
+STOP_GRACE_S = 10.0
 
 
 @dataclass
@@ -81,23 +83,41 @@ class RunningPlaybook:
     playbook: str
     thread: threading.Thread
     stop_requested: threading.Event
-    token: str = ""  # the value of PLAYBOOK_TOKEN in its ansible-playbook's environment
 
     def running(self) -> bool:
         """Return True while the playbook runs."""
         return self.thread.is_alive()
 
-    def stop(self, wait_s: float = 10.0) -> None:
-        """End the playbook and wait until it has: SIGTERM to its ansible-playbook, which hands it on to its
-        workers (each in a session of its own: a SIGKILL of the playbook's process group, ansible-runner's
-        cancel, would leave them running); that cancel only when it did not end in ``wait_s``."""
-        pid = _child_with(PLAYBOOK_TOKEN, self.token) if self.token and self.running() else None
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            self.thread.join(wait_s)
+    def stop(self, wait_s: float = STOP_GRACE_S + 5) -> None:
+        """End the playbook (as a Ctrl-C does: :func:`graceful_cancel`) and wait until it has."""
         self.stop_requested.set()
         self.thread.join(wait_s)
+
+
+def graceful_cancel(wanted: Callable[[], bool], token: str) -> Callable[[], bool]:
+    """Return ansible-runner's cancel callback for a playbook whose ansible-playbook has ``token`` in its
+    environment (PLAYBOOK_TOKEN). Once ``wanted()`` is true it sends SIGTERM to that ansible-playbook, which
+    hands it on to its workers and ends; the callback answers True (ansible-runner's cancel: SIGKILL of the
+    playbook's process group) only when STOP_GRACE_S passed without that. Ansible runs each worker in a
+    session of its own, so the SIGKILL alone would leave a worker to finish its task (a trainer started, on a
+    node, after the stop that followed a Ctrl-C)."""
+    sent_at: float | None = None
+
+    def cancel() -> bool:
+        nonlocal sent_at
+        if not wanted():
+            return False
+        if sent_at is None:
+            sent_at = time.monotonic()
+            pid = _child_with(PLAYBOOK_TOKEN, token, wait_s=0)
+            if pid is None:
+                return True  # not started yet, or already ending: nothing to hand a SIGTERM to
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            LOG.debug("SIGTERM to ansible-playbook %d", pid)
+        return time.monotonic() - sent_at >= STOP_GRACE_S
+
+    return cancel
 
 
 def _child_with(name: str, value: str, wait_s: float = 2.0) -> int | None:
@@ -216,17 +236,20 @@ class PlaybookRunner:
         limit: str | None = None,
         timeout: int | None = None,
     ) -> dict[str, Any]:
-        """Return ansible-runner's arguments for one run of ``playbooks/<playbook>.yml``."""
+        """Return ansible-runner's arguments for one run of ``playbooks/<playbook>.yml``: its ansible-playbook
+        has a token of its own in its environment, by which ``cancel_callback`` ends it (graceful_cancel)."""
         artifact = self.private_data_dir / "artifacts" / ident
         if artifact.exists():
             shutil.rmtree(artifact)
+        token = uuid.uuid4().hex
         args = dict(self._base_args)
         args.update(
             playbook=str(PLAYBOOK_DIR / f"{playbook}.yml"),
             ident=ident,
             extravars={**layout().extravars(), **extravars},  # the node layout: one home (nodelayout)
             event_handler=event_handler,
-            cancel_callback=cancel_callback,
+            cancel_callback=graceful_cancel(cancel_callback, token),
+            envvars={**self._envvars, PLAYBOOK_TOKEN: token},
         )
         if limit:
             args["limit"] = limit
@@ -316,11 +339,9 @@ class PlaybookRunner:
             cancel_callback=lambda: stop.is_set() or self.cancel_requested.is_set(),
             timeout=timeout,
         )
-        token = uuid.uuid4().hex
-        args["envvars"] = {**self._envvars, PLAYBOOK_TOKEN: token}
         LOG.debug("ansible-runner (background): %s ident=%s", playbook, ident)
         thread, _runner = ansible_runner.run_async(**args)
-        return RunningPlaybook(playbook, thread, stop, token)
+        return RunningPlaybook(playbook, thread, stop)
 
     @staticmethod
     def _collect(result: PlaybookResult, event: dict[str, Any]) -> None:

@@ -49,3 +49,20 @@ def ansible_bin(name: str) -> str:
     if found is None:
         raise FileNotFoundError(f"{name} not found next to {sys.executable} nor on PATH")
     return found
+
+
+def playbooks_against(inventory: Path) -> list[str]:
+    """Return ``pid: command line`` of every ansible-playbook process (a playbook or one of its workers, which
+    run in sessions of their own) still running against ``inventory``: after the launcher has exited, none
+    may be (docs/launcher.md "Pieces": the runner's graceful stop)."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            line = " ".join(a.decode(errors="replace") for a in argv)
+            if "ansible-playbook" in line and str(inventory) in line:
+                left.append(f"{entry.name}: {line}")
+    return left

@@ -15,6 +15,7 @@ import pytest
 
 from mift_testsupport.cluster import Cluster
 from mift_testsupport.launcher import finish
+from mift_testsupport.proc import playbooks_against
 
 from .conftest import HOSTS
 from .stopped_run import NAME as STOPPED_NAME
@@ -149,8 +150,8 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
         group="2 faults",
         input=f"SIGINT to `python -m launcher run` during {phase}",
         expected="no trainer on any host within 30 s of the SIGINT (watched while the launcher stops and "
-        "collects); launcher exits 1 within 60 s; no process left after it; run stopped (or never created, "
-        "for validate)",
+        "collects); launcher exits 1 within 60 s; no process left after it, on the hosts or here (no "
+        "ansible-playbook worker of the interrupted playbook); run stopped (or never created, for validate)",
     )
     name = f"faults-int-{phase}"
     job = cluster.job(name, max_steps=LONG_STEPS, paced=True)
@@ -172,11 +173,14 @@ def test_ctrl_c(phase: str, cluster: Cluster, fault_record: dict[str, Any]) -> N
     proc.send_signal(signal.SIGINT)
     took, ended = cluster.watch_until_clean(proc, t0)
     out = finish(proc, log, timeout=10)
+    playbooks = playbooks_against(cluster.inventory)
     rec = cluster.record(name)
     fault_record["observed"] = (
         f"last trainer process seen {took:.1f} s after SIGINT; launcher exit {proc.returncode} after "
-        f"{ended:.1f} s; nothing left after it; status {rec.get('status', 'no run directory')}"
+        f"{ended:.1f} s; nothing left after it on the hosts; ansible-playbook processes left here: "
+        f"{len(playbooks)}; status {rec.get('status', 'no run directory')}"
     )
+    assert not playbooks, playbooks
     assert proc.returncode == 1, out[-3000:]
     assert took <= BOUND_S, f"trainer processes seen {took:.1f} s after SIGINT"
     assert ended <= 2 * BOUND_S, f"launcher exited {ended:.1f} s after SIGINT"

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mift_testsupport.proc import playbooks_against
+
 REPO = Path(__file__).parents[2]
 FAKE = REPO / "tests" / "unit" / "fake_trainer.py"
 pytestmark = pytest.mark.slow
@@ -129,19 +131,9 @@ def run_processes(run_id: str) -> list[int]:
 
 
 def playbooks_left(lab: dict[str, Path]) -> list[str]:
-    """Return the command lines of ansible-playbook processes (a playbook or one of its workers) still running
-    against the lab's inventory: the launcher's background poll playbook must end with the follow."""
-    left = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            line = " ".join(a.decode(errors="replace") for a in argv)
-            if "ansible-playbook" in line and str(lab["inventory"]) in line:
-                left.append(f"{entry.name}: {line}")
-    return left
+    """The ansible-playbook processes still running against the lab's inventory: the launcher's background
+    poll playbook must end with the follow."""
+    return playbooks_against(lab["inventory"])
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:

@@ -1,0 +1,54 @@
+"""Ending a playbook (Ctrl-C, the end of a follow): ``graceful_cancel`` hands a SIGTERM to the playbook's own
+``ansible-playbook`` (found by the token in its environment), which hands it on to its workers, and lets
+ansible-runner's SIGKILL of the process group come only ``STOP_GRACE_S`` later. A real child process of this
+test, with the token in its environment, stands in for ``ansible-playbook``."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from launcher import runner
+from launcher.runner import PLAYBOOK_TOKEN, graceful_cancel
+
+TOKEN = "0123456789abcdef"
+
+
+@pytest.fixture
+def playbook_standin() -> Iterator[subprocess.Popen[bytes]]:
+    """A child with the token in its environment, which ends on SIGTERM (as ansible-playbook does)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={PLAYBOOK_TOKEN: TOKEN, "PATH": "/usr/bin"}
+    )
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_nothing_is_sent_until_the_end_is_wanted(playbook_standin: subprocess.Popen[bytes]) -> None:
+    cancel = graceful_cancel(lambda: False, TOKEN)
+    assert [cancel() for _ in range(3)] == [False, False, False]
+    assert playbook_standin.poll() is None
+
+
+def test_a_wanted_end_is_a_sigterm_first_and_the_sigkill_only_after_the_grace(
+    playbook_standin: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "STOP_GRACE_S", 0.3)
+    cancel = graceful_cancel(lambda: True, TOKEN)
+    assert cancel() is False  # the SIGTERM went out: ansible-runner keeps waiting for the playbook to end
+    assert playbook_standin.wait(timeout=10) == -signal.SIGTERM
+    assert cancel() is False
+    time.sleep(0.35)
+    assert cancel() is True  # the grace is over: ansible-runner's own cancel (SIGKILL of the process group)
+
+
+def test_only_the_playbook_with_the_token_gets_the_signal(playbook_standin: subprocess.Popen[bytes]) -> None:
+    cancel = graceful_cancel(lambda: True, "another-playbooks-token")
+    assert cancel() is True  # no child of this process has that token: ansible-runner's cancel at once
+    assert playbook_standin.poll() is None
