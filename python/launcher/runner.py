@@ -194,7 +194,11 @@ class PlaybookRunner:
             "json_mode": False,
             "envvars": self._envvars,
             "finished_callback": self._finished,
-            "suppress_env_files": False,
+            # nothing of a run goes to env/ files: ansible-runner writes its first run's envvars and
+            # extravars there and reads them back for every later run of the same private data dir (the
+            # envvars file over the later run's own: each playbook's token would be the first one's; the
+            # first run's extravars passed again, before the later run's)
+            "suppress_env_files": True,
         }
         if inventory is not None:
             self._base_args["inventory"] = str(inventory)
