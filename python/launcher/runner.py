@@ -38,6 +38,8 @@ PLAYBOOK_TOKEN = "MIFT_PLAYBOOK_TOKEN"  # noqa: S105 - a variable's name, no sec
 # seconds between two looks of ansible-runner at the cancel callback while a playbook prints nothing (its
 # default: 5 s): Ctrl-C, or the end of a background playbook (:meth:`PlaybookRunner.start`), acts within this
 CANCEL_CHECK_S = 0.5
+# the env/ files ansible-runner writes unless suppress_env_files (env/settings is the runner's own, below)
+ANSIBLE_RUNNER_ENV_FILES = ("envvars", "extravars", "passwords", "cmdline", "ssh_key")
 # seconds a playbook asked to end (SIGTERM) has before ansible-runner's cancel (SIGKILL of its process group)
 STOP_GRACE_S = 10.0
 
@@ -175,6 +177,10 @@ class PlaybookRunner:
         private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         env_dir = private_data_dir / "env"
         env_dir.mkdir(exist_ok=True)
+        # ansible-runner reads these back into every playbook when they exist (a run directory of a launcher
+        # before suppress_env_files, below: the first playbook's PATH, token and extra vars)
+        for stale in ANSIBLE_RUNNER_ENV_FILES:
+            (env_dir / stale).unlink(missing_ok=True)
         (env_dir / "settings").write_text(
             json.dumps(
                 {

@@ -1,7 +1,8 @@
 """Ending a playbook (Ctrl-C, the end of a follow): ``graceful_cancel`` hands a SIGTERM to the playbook's own
 ``ansible-playbook`` (found by the token in its environment), which hands it on to its workers, and lets
 ansible-runner's SIGKILL of the process group come only ``STOP_GRACE_S`` later. A real child process of this
-test, with the token in its environment, stands in for ``ansible-playbook``."""
+test, with the token in its environment, stands in for ``ansible-playbook``. And each playbook's own
+environment and extra vars: no env/ file of ansible-runner carries the first one's into the later ones."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from launcher import runner
-from launcher.runner import PLAYBOOK_TOKEN, graceful_cancel
+from launcher.runner import PLAYBOOK_TOKEN, PlaybookRunner, graceful_cancel
 
 TOKEN = "0123456789abcdef"
 
@@ -52,3 +54,16 @@ def test_only_the_playbook_with_the_token_gets_the_signal(playbook_standin: subp
     cancel = graceful_cancel(lambda: True, "another-playbooks-token")
     assert cancel() is True  # no child of this process has that token: ansible-runner's cancel at once
     assert playbook_standin.poll() is None
+
+
+def test_a_run_directory_keeps_no_env_file_of_an_earlier_playbook(tmp_path: Path) -> None:
+    """ansible-runner reads env/envvars and env/extravars back into every playbook of a private data dir: the
+    runner writes none, and removes those of a run directory made before (a `status` or `stop` of an older
+    run), so that each playbook gets its own environment, token and extra vars."""
+    env = tmp_path / "ansible" / "env"
+    env.mkdir(parents=True)
+    for name in ("envvars", "extravars", "cmdline"):
+        (env / name).write_text('{"MIFT_PLAYBOOK_TOKEN": "the-first-playbooks"}')
+    playbooks = PlaybookRunner(tmp_path / "ansible")
+    assert sorted(p.name for p in env.iterdir()) == ["settings"]
+    assert playbooks._base_args["suppress_env_files"] is True
