@@ -247,16 +247,23 @@ class PlaybookRunner:
         timeout: int | None = None,
     ) -> dict[str, Any]:
         """Return ansible-runner's arguments for one run of ``playbooks/<playbook>.yml``: its ansible-playbook
-        has a token of its own in its environment, by which ``cancel_callback`` ends it (graceful_cancel)."""
+        has a token of its own in its environment, by which ``cancel_callback`` ends it (graceful_cancel), and
+        its extra vars in a file of its own (``vars/<ident>.json``, 0600, passed as ``-e @file``): on the
+        command line they would be readable in ``ps`` and bounded by one argument's 128 KiB."""
         artifact = self.private_data_dir / "artifacts" / ident
         if artifact.exists():
             shutil.rmtree(artifact)
         token = uuid.uuid4().hex
+        vars_file = self.private_data_dir / "vars" / f"{ident}.json"
+        vars_file.parent.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({**layout().extravars(), **extravars}, fh)  # the node layout: one home (nodelayout)
         args = dict(self._base_args)
         args.update(
             playbook=str(PLAYBOOK_DIR / f"{playbook}.yml"),
             ident=ident,
-            extravars={**layout().extravars(), **extravars},  # the node layout: one home (nodelayout)
+            extravars=str(vars_file),
             event_handler=event_handler,
             cancel_callback=graceful_cancel(cancel_callback, token),
             envvars={**self._envvars, PLAYBOOK_TOKEN: token},

@@ -4,6 +4,7 @@ provisioning's ``roles/mift_defaults/defaults/main.yml`` is what the launcher sh
 from __future__ import annotations
 
 import ast
+import json
 import re
 from importlib import resources
 from pathlib import Path
@@ -79,7 +80,7 @@ def test_every_playbook_run_gets_the_layout(tmp_path: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(ansible_runner, "run", ansible_runner_test_double)
     PlaybookRunner(tmp_path).run("poll", {"mift_run_id": "r1"})
-    extravars = seen["extravars"]
-    assert isinstance(extravars, dict)
+    vars_file = Path(str(seen["extravars"]))  # a file of the run's own (ansible-playbook -e @file)
+    extravars = json.loads(vars_file.read_text())
     assert extravars["mift_layout"]["runs_root"] == layout().runs_root
     assert extravars["mift_run_id"] == "r1"

@@ -1,18 +1,25 @@
-"""Ending a playbook (Ctrl-C, the end of a follow): ``graceful_cancel`` hands a SIGTERM to the playbook's own
+"""Each playbook run of the runner on its own.
+
+Ending one (Ctrl-C, the end of a follow): ``graceful_cancel`` sends a SIGTERM to the playbook's own
 ``ansible-playbook`` (found by the token in its environment), which hands it on to its workers, and lets
 ansible-runner's SIGKILL of the process group come only ``STOP_GRACE_S`` later. A real child process of this
-test, with the token in its environment, stands in for ``ansible-playbook``. And each playbook's own
-environment and extra vars: no env/ file of ansible-runner carries the first one's into the later ones."""
+test, with the token in its environment, stands in for ``ansible-playbook``.
+
+Its environment and extra vars: no env/ file of ansible-runner carries the first playbook's into the later
+ones, and the extra vars are a private file per run, not command-line text."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
+import ansible_runner
 import pytest
 
 from launcher import runner
@@ -67,3 +74,27 @@ def test_a_run_directory_keeps_no_env_file_of_an_earlier_playbook(tmp_path: Path
     playbooks = PlaybookRunner(tmp_path / "ansible")
     assert sorted(p.name for p in env.iterdir()) == ["settings"]
     assert playbooks._base_args["suppress_env_files"] is True
+
+
+def test_each_playbook_gets_its_extra_vars_in_a_private_file_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not on ansible-playbook's command line (readable in ps, one argument at most 128 KiB): a 0600 file
+    per playbook run, whatever its size."""
+    given: list[dict[str, object]] = []
+
+    def ansible_runner_test_double(**kwargs: object) -> object:  # records what the runner was given
+        given.append(kwargs)
+        return SimpleNamespace(rc=0, status="successful", stats={})
+
+    monkeypatch.setattr(ansible_runner, "run", ansible_runner_test_double)
+    playbooks = PlaybookRunner(tmp_path / "ansible")
+    big = {f"node{i:04d}": "k" * 64 for i in range(4000)}  # 4000 hosts' torch keys: over 300 KB of JSON
+    playbooks.run("preflight", {"mift_torch_known": big})
+    playbooks.run("launch", {"mift_run_id": "r1"})
+    files = [Path(str(kwargs["extravars"])) for kwargs in given]
+    assert [f.name for f in files] == ["001-preflight.json", "002-launch.json"]
+    assert [oct(f.stat().st_mode & 0o777) for f in files] == ["0o600", "0o600"]
+    first, second = (json.loads(f.read_text()) for f in files)
+    assert first["mift_torch_known"] == big and "mift_torch_known" not in second
+    assert second["mift_run_id"] == "r1"
