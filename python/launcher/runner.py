@@ -172,7 +172,6 @@ class PlaybookRunner:
         self.private_data_dir = private_data_dir
         self.inventory = inventory
         self.cancel_requested = threading.Event()
-        self._seq = 0
         self.last_status = ""
         private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         env_dir = private_data_dir / "env"
@@ -235,6 +234,13 @@ class PlaybookRunner:
     def _finished(self, runner: Any) -> None:  # noqa: ANN401 - ansible_runner.Runner
         self.last_status = str(getattr(runner, "status", ""))
 
+    def _next_number(self) -> int:
+        """The number of the next playbook run in this private data dir: one more than any run's so far, also
+        another runner's (the engine's, a later ``status`` or ``stop``), so that no run's artifacts replace an
+        earlier run's of the same playbook. Each run leaves ``vars/NNN-<playbook>.json`` (_args)."""
+        numbers = [int(f.name[:3]) for f in (self.private_data_dir / "vars").glob("[0-9][0-9][0-9]-*.json")]
+        return max(numbers, default=0) + 1
+
     def _args(
         self,
         playbook: str,
@@ -296,8 +302,7 @@ class PlaybookRunner:
             ident: artifacts sub-directory name; a fresh numbered one by default. An existing one is replaced.
             timeout: job timeout for this run, in seconds.
         """
-        self._seq += 1
-        ident = ident or f"{self._seq:03d}-{playbook}"
+        ident = ident or f"{self._next_number():03d}-{playbook}"
         result = PlaybookResult(
             playbook=playbook,
             rc=-1,

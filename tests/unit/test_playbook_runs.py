@@ -98,3 +98,22 @@ def test_each_playbook_gets_its_extra_vars_in_a_private_file_of_its_own(
     first, second = (json.loads(f.read_text()) for f in files)
     assert first["mift_torch_known"] == big and "mift_torch_known" not in second
     assert second["mift_run_id"] == "r1"
+
+
+def test_a_later_runner_of_the_same_run_numbers_on_and_replaces_no_earlier_artifacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's runner, then another one on the same run directory (``status``, ``stop``): the numbers go
+    on, so no playbook run's artifacts replace an earlier run's of the same playbook."""
+    idents: list[str] = []
+
+    def ansible_runner_test_double(**kwargs: object) -> object:  # records the ident it was given
+        idents.append(str(kwargs["ident"]))
+        return SimpleNamespace(rc=0, status="successful", stats={})
+
+    monkeypatch.setattr(ansible_runner, "run", ansible_runner_test_double)
+    for playbooks in ("preflight", "launch", "collect"), ("poll", "collect"):
+        runner = PlaybookRunner(tmp_path / "ansible")
+        for playbook in playbooks:
+            runner.run(playbook, {})
+    assert idents == ["001-preflight", "002-launch", "003-collect", "004-poll", "005-collect"]
