@@ -54,7 +54,7 @@ def ansible_bin(name: str) -> str:
 def playbooks_against(inventory: Path) -> list[str]:
     """Return ``pid: command line`` of every ansible-playbook process (a playbook or one of its workers, which
     run in sessions of their own) still running against ``inventory``: after the launcher has exited, none
-    may be (docs/launcher.md "Pieces": the runner's graceful stop)."""
+    may be (docs/launcher.md "Failure semantics": stopping a playbook)."""
     left = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
