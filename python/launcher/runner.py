@@ -111,7 +111,7 @@ def graceful_cancel(wanted: Callable[[], bool], token: str) -> Callable[[], bool
             return False
         if sent_at is None:
             sent_at = time.monotonic()
-            pid = _child_with(PLAYBOOK_TOKEN, token, wait_s=0)
+            pid = _child_with(PLAYBOOK_TOKEN, token)
             if pid is None:
                 return True  # not started yet, or already ending: nothing to hand a SIGTERM to
             with contextlib.suppress(ProcessLookupError):
@@ -122,25 +122,21 @@ def graceful_cancel(wanted: Callable[[], bool], token: str) -> Callable[[], bool
     return cancel
 
 
-def _child_with(name: str, value: str, wait_s: float = 2.0) -> int | None:
-    """Return the pid of this process's child whose environment has ``name=value`` (Linux /proc), waiting
-    up to ``wait_s`` for it to appear (a playbook just started); None when there is none."""
+def _child_with(name: str, value: str) -> int | None:
+    """Return the pid of this process's child whose environment has ``name=value`` (Linux /proc), or None when
+    there is none."""
     wanted = f"{name}={value}".encode()
     me = str(os.getpid())
-    deadline = time.monotonic() + wait_s
-    while True:
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                ppid = proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1]
-                if ppid == me and wanted in proc.joinpath("environ").read_bytes().split(b"\0"):
-                    return int(proc.name)
-            except (OSError, IndexError):
-                continue
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.1)
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = proc.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1]
+            if ppid == me and wanted in proc.joinpath("environ").read_bytes().split(b"\0"):
+                return int(proc.name)
+        except (OSError, IndexError):
+            continue
+    return None
 
 
 def failure_line(res: Mapping[str, Any], task: str) -> str:
