@@ -6,7 +6,7 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from launcher.data import mift_contract as contract
+from launcher.node import contract
 from launcher.telemetry import WarningOnce
 from launcher.verdict import Verdict
 from launcher.watchdog import HOLDING_STATES

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.backends import backend_of
-from launcher.data import mift_contract as contract
 from launcher.jobspec import Timeouts
 from launcher.metrics import Summary, read_jsonl, summarize, write_metrics
+from launcher.node import contract
 from launcher.plot import plot_gpus, plot_loss
 from launcher.runner import PlaybookResult, PlaybookRunner
 from launcher.runs import RunDir, RunRecord

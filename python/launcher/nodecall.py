@@ -1,4 +1,5 @@
-"""One request to the node program ``data/mift_prepare.py`` on one node, over the ssh Ansible uses.
+"""One request to the node program ``mift_node.pyz prepare`` (``launcher/node/prepare.py``) on one node, over
+the ssh Ansible uses.
 
 Tokenizing once (:mod:`launcher.tokenize_once`) and merging after a run (:mod:`launcher.merge`) each run one
 LLaMA-Factory step on one node, in the node venv's interpreter: the request goes as JSON on stdin (the
@@ -9,20 +10,15 @@ the libraries print is kept in a log file of the run.
 from __future__ import annotations
 
 import json
-import shlex
 import subprocess
 import tarfile
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher import nodeprogram
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-
-def program() -> str:
-    """The node program's source."""
-    return (resources.files("launcher") / "data" / "mift_prepare.py").read_text()
 
 
 def node_python(cli: str) -> str:
@@ -31,9 +27,9 @@ def node_python(cli: str) -> str:
 
 
 def command(ssh: list[str], python: str, *args: str) -> list[str]:
-    """The node program's argv: through ssh (``ssh`` the prefix), or here (``ssh`` empty: a local node)."""
-    argv = [python, "-c", program(), *args]
-    return [*ssh, shlex.join(argv)] if ssh else argv
+    """The node program's argv: through ssh (``ssh`` the prefix; the program is sent first where it is
+    missing), or here (``ssh`` empty: a local node)."""
+    return nodeprogram.command(ssh, python, "prepare", *args)
 
 
 def call(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError, JobFailedError
@@ -263,7 +262,6 @@ def run_preflight(
     extravars: dict[str, Any] = {
         "mift_hosts": spec.host_pattern,
         "mift_run_id": run_id,
-        "mift_probe_src": probe_source(),
         "mift_master_port": spec.master_port,
         "mift_output_dir": output_dir or spec.node_output_dir(run_id),
     }
@@ -314,11 +312,6 @@ def run_preflight(
     apply_torch_facts(facts)
     _check(facts, spec)
     return facts
-
-
-def probe_source() -> str:
-    """Return the controller path of the read-only probe that preflight feeds to the nodes' ``python3``."""
-    return str(resources.files("launcher") / "data" / "mift_probe.py")
 
 
 def apply_torch_facts(facts: NodeFacts) -> None:

@@ -49,8 +49,8 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from launcher.data import mift_contract as contract
 from launcher.fabric.runtime import FALLBACK_PHRASE
+from launcher.node import contract
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import ansible_runner
 
+from launcher import nodeprogram
 from launcher.exceptions import ConfigurationError
 from launcher.nodelayout import layout
 from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
@@ -260,7 +261,8 @@ class PlaybookRunner:
         vars_file.parent.mkdir(mode=0o700, exist_ok=True)
         fd = os.open(vars_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
-            json.dump({**layout().extravars(), **extravars}, fh)  # the node layout: one home (nodelayout)
+            # the node layout (one home: nodelayout) and the node program (one file: nodeprogram)
+            json.dump({**layout().extravars(), **nodeprogram.extravars(), **extravars}, fh)
         args = dict(self._base_args)
         args.update(
             playbook=str(PLAYBOOK_DIR / f"{playbook}.yml"),

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
+from launcher.node import contract
 from launcher.repo import STATE_DIR
 
 RECORD = "record.json"

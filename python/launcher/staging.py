@@ -3,7 +3,7 @@
 One pass (docs/launcher.md "Staging"): the job spec's ``stage`` names each folder by its source; its
 destination on the nodes is the training YAML's own path (``model_name_or_path``, ``dataset_dir``). The
 controller makes a manifest (size and sha256 per file; hashes cached by size/mtime/ctime/inode,
-:mod:`launcher.data.mift_stage`), each node reports what it holds (one playbook, ``playbooks/stage.yml``),
+:mod:`launcher.node.stage`), each node reports what it holds (one playbook, ``playbooks/stage.yml``),
 free disk is checked, and only the files that differ are sent, over the ssh Ansible uses, to every node in
 parallel; the node writes each to a partial name and renames it only when its sha256 matches. The manifests
 (and their digest) go into the run record.
@@ -21,12 +21,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from launcher.data import mift_stage
+from launcher import nodeprogram
 from launcher.exceptions import ConfigurationError, JobFailedError
+from launcher.node import stage as mift_stage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -275,11 +275,6 @@ def ssh_argv(connection: str, ssh: Mapping[str, Any]) -> list[str]:
     return [*argv, str(ssh["host"])]
 
 
-def node_source() -> str:
-    """The controller path of the node program (``playbooks/stage.yml`` feeds it to the nodes)."""
-    return str(resources.files("launcher") / "data" / "mift_stage.py")
-
-
 @dataclass
 class HostTransfer:
     """The files one node gets, sent over one ssh connection by one thread; counters for the progress line."""
@@ -300,11 +295,12 @@ class HostTransfer:
         return sum(s.size - s.offset for s in self.sends)
 
     def command(self, cache: str) -> list[str]:
-        args = ["recv", "--cache", cache, *self.dests]
-        if not self.argv:  # ansible_connection: local
-            return [sys.executable, node_source(), *args]
-        code = Path(node_source()).read_text()
-        return [*self.argv, shlex.join(["python3", "-c", code, *args])]
+        # the node program is on the node: playbooks/stage.yml sent it just before (ansible_connection local:
+        # no ssh, the controller's copy)
+        python = sys.executable if not self.argv else "python3"
+        return nodeprogram.command(
+            self.argv, python, "stage", "recv", "--cache", cache, *self.dests, ship=False
+        )
 
     def run(self, cache: str, stop: threading.Event) -> None:
         """Send every file, then read the node's verdicts; never raises (``error`` says what went wrong)."""
@@ -430,7 +426,6 @@ def _node_reports(
         "stage",
         {
             "mift_hosts": host_pattern,
-            "mift_stage_src": node_source(),
             "mift_stage_dests": [i.dest for i in items],
             "mift_stage_cache": node_cache,
         },

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from launcher.data import mift_contract as contract
+from launcher.node import contract
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

@@ -231,7 +231,7 @@ class NodeSide:
 
 
 def _verify(folder: Path, want: Mapping[str, Mapping[str, Any]]) -> str | None:
-    from launcher.data import mift_stage  # noqa: PLC0415
+    from launcher.node import stage as mift_stage  # noqa: PLC0415
 
     got = mift_stage.scan(folder, mift_stage.HashCache(None), strict=True)
     if set(got) != set(want):

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from launcher.data import mift_contract as contract
+from launcher.node import contract
 from launcher.recovery import cause_order
 from launcher.telemetry import first_gpu_fault
 

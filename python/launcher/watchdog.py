@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from launcher.data import mift_contract as contract
+    from launcher.node import contract
 
 # step intervals measured before k x p95 is used (until then: first_step_s); one is enough: k and floor_s give
 # the margin, and the controller sees steps only at its polls (a run of 3 steps may show it just 2)

@@ -3,10 +3,9 @@ fetch what it collected (playbooks/poll.yml, stop.yml, collect.yml, run through 
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from launcher.data import mift_contract as contract
+from launcher.node import contract
 
 if TYPE_CHECKING:
     from launcher.backends.base import RunNodes
@@ -18,19 +17,12 @@ POLL_TIMEOUT_S = 8  # seconds a node has to answer one poll (poll.yml)
 START_WAIT_S = 30  # seconds the agent's start waits for the trainer to come up (launch.yml)
 
 
-def agent_source() -> str:
-    """Return the controller path of the node agent script (``mift_contract.py`` and ``mift_probe.py`` next
-    to it)."""
-    return str(resources.files("launcher") / "data" / "mift_agent.py")
-
-
 def launch_vars(run: RunDir, plan: RunPlan) -> dict[str, Any]:
     """Return the extra vars of the playbook that gives every node the agent and its bundle (launch.yml, and
     the Slurm backends' prepare playbooks)."""
     return {
         "mift_hosts": ",".join(plan.facts.hosts),
         "mift_run_id": run.run_id,
-        "mift_agent_src": agent_source(),
         "mift_files_dir": str(run.files_dir),
         "mift_stop_grace_s": plan.spec.timeouts.stop_grace_s,
         "mift_start_wait_s": START_WAIT_S,

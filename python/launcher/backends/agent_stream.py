@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from launcher.backends.agent import POLL_TIMEOUT_S, timed_out
-from launcher.data import mift_contract as contract
+from launcher.node import contract
 from launcher.runner import failure_line
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
+from launcher.node import contract
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

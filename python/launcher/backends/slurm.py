@@ -3,7 +3,7 @@
 Start: check the request against the partition (``sinfo`` on the login host; one line and nothing
 submitted when it cannot fit), give every node the agent and its bundle without starting anything
 (launch.yml with the agent's ``prepare``), then ``sbatch`` on the login host (playbooks/slurm_submit.yml):
-one task per node, each ``mift_agent.py slurm-step`` under ``srun --kill-on-bad-exit=1``, with
+one task per node, each ``mift_node.pyz agent slurm-step`` under ``srun --kill-on-bad-exit=1``, with
 ``NODE_RANK`` from ``SLURM_NODEID`` and ``MASTER_ADDR`` from the allocation (the agent sets them).
 Poll: the nodes' agents (as ssh) and ``scontrol show job`` on the login host (playbooks/slurm_poll.yml);
 Slurm's job state decides how the run ended. Stop: ``scancel``, then the agent's stop on every node
@@ -35,9 +35,9 @@ from launcher.backends.slurm_script import (
     requeued_attempts,
     sbatch_script,
 )
-from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.inventory import group_members, inventory_var
+from launcher.node import contract
 from launcher.nodelayout import layout
 from launcher.verdict import Verdict, first_cause
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
+from launcher.node import contract
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -144,7 +145,8 @@ def sbatch_script(alloc: Allocation) -> str:
         lines += ["#SBATCH --requeue", "#SBATCH --open-mode=append"]
         if alloc.requeue.before_s:
             lines.append(f"#SBATCH --signal=B:USR1@{alloc.requeue.before_s}")
-    agent = shlex.quote(f"{alloc.run_dir}/mift_agent.py")
+    # the node program in the run directory (the launch playbook's install put it there), its agent
+    agent = shlex.quote(f"{alloc.run_dir}/{contract.PROGRAM_FILE}") + " agent"
     tasks = f"--nodes={len(alloc.nodes)} --ntasks={len(alloc.nodes)} --ntasks-per-node=1"
     root = shlex.quote(alloc.run_dir)
     lines.append("set -u")

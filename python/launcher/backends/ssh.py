@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from launcher.backends.agent import collect_agents, poll_agents, stop_agents
 from launcher.backends.agent_stream import AgentStream
 from launcher.backends.base import Handle, recovery_or_note
-from launcher.data import mift_contract as contract
+from launcher.node import contract
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

@@ -8,9 +8,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import OK, ExitCode
+from launcher.node import contract
 
 if TYPE_CHECKING:
     from launcher.runs import RunDir, RunRecord

@@ -4,7 +4,7 @@
 2. Each node's fabric environment (:mod:`launcher.fabric.env`): a missing interface or settings that differ
    across nodes are refused here, one line naming the node, as ``run`` would.
 3. Per node: :func:`launcher.fabric.accept.accept_nodes` (RDMA ports, GID indexes, ECC, PCIe, firmware), and
-   the GPU test on every node (``playbooks/check_gpu.yml``, ``data/mift_gpu_check.py``: bf16 matmul TFLOP/s
+   the GPU test on every node (``playbooks/check_gpu.yml``, ``node/gpu_check.py``: bf16 matmul TFLOP/s
    and copy bandwidth of every GPU against floors and against the node's best GPU; nothing left allocated).
    A node whose torch is a CPU build (the script's answer, not preflight's: torch is asked there only when
    needed) gets a note, not a pass.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -41,11 +40,6 @@ if TYPE_CHECKING:
 PORT_OFFSET = 10
 # the GPU test of one node: 8 GPUs one after the other, a few seconds each (4-6 s on an H200), torch's start
 GPU_TEST_TIMEOUT_S = 600
-
-
-def gpu_check_source() -> str:
-    """Return the controller path of the node script of the GPU test."""
-    return str(resources.files("launcher") / "data" / "mift_gpu_check.py")
 
 
 def _pythons(spec: JobSpec, facts: NodeFacts) -> dict[str, str]:
@@ -69,7 +63,6 @@ def measure_gpus(
         "check_gpu",
         {
             "mift_hosts": ",".join(hosts),
-            "mift_gpu_check_src": gpu_check_source(),
             "mift_check_python": {h: pythons[h] for h in hosts},
             "mift_gpu_check_args": args,
         },
@@ -105,11 +98,6 @@ def gpu_table(answers: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]
     return lines, bad
 
 
-def allreduce_source() -> str:
-    """Return the controller path of the node script of the all-reduce rounds."""
-    return str(resources.files("launcher") / "data" / "mift_allreduce.py")
-
-
 def _node_line(fabric: NodeFabric, env: dict[str, str]) -> str:
     rdma = (
         f"rdma {env.get('NCCL_IB_HCA', '')} gid {env.get('NCCL_IB_GID_INDEX', '-')}"
@@ -134,7 +122,6 @@ def measure_links(
         "check_allreduce",
         {
             "mift_hosts": ",".join(facts.hosts),
-            "mift_allreduce_src": allreduce_source(),
             "mift_check_python": pythons,
             "mift_check_env": envs,
             "mift_check_spec": {

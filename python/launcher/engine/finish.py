@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import IO, TYPE_CHECKING
 
-from launcher.data import mift_contract as contract
+from launcher.node import contract
 from launcher.report import print_summary
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from launcher.config_io import parse_config
-from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
+from launcher.node import contract
 from launcher.nodeenv import render_node_env
 from launcher.nodelayout import layout
 from launcher.problems import ConfigKind, FileReport

@@ -24,7 +24,6 @@ import yaml
 from launcher import runner as runner_module
 from launcher.backends import backend_of, check_recovery, nodes_in_inventory, prepare
 from launcher.backends.agent import launch_vars
-from launcher.data import mift_contract as contract
 from launcher.engine import attempts
 from launcher.engine.finish import finish
 from launcher.engine.plan import (
@@ -46,6 +45,7 @@ from launcher.inventory import check_hosts, spare_hosts
 from launcher.job import Job
 from launcher.jobspec import mask_env
 from launcher.merge import merge_after_run
+from launcher.node import contract
 from launcher.nodeenv import masked
 from launcher.planning.training import out_of_memory_line, replan_after_oom
 from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from launcher.data import mift_contract as contract
+    from launcher.node import contract
 
 # INFO shows the line (subsystem INIT); NET adds the chosen device ("NET/IB : Using [0]mlx5_0:1/RoCE"). Both
 # print while communicators and their connections are set up, nothing per collective (docs/launcher.md

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 # files of a node run directory
+# the node programs, one file in the run directory (``python3 <run_dir>/mift_node.pyz agent ...``)
+PROGRAM_FILE = "mift_node.pyz"
 BUNDLE_FILE = "bundle.json"
 JOB_FILE = "job.json"
 ENV_FILE = "env.json"
