@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 NODES = (1, 2)
 HEAD = 3
-# the node scripts that launch.yml and slurm_shared_prepare.yml ship into a node run directory
-NODE_SCRIPTS = ("mift_agent.py", "mift_contract.py", "mift_probe.py", "mift_gpu.py")
 # TEST DOUBLE device files for the 8 GPUs of the mi300x profile (gpu_verify's fact says 8)
 GPU_STANDINS = "mkdir -p /dev/dri && for i in $(seq 128 135); do : > /dev/dri/renderD$i; done"
 # the inventory switches the test hosts need (their cgroups belong to systemd-nspawn; no GPU to detect)

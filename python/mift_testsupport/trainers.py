@@ -1,7 +1,7 @@
 """Which training processes a node runs, and waiting until none is left.
 
-One probe for every suite and bench: the node agent's supervisor (``mift_agent.py start``; its short-lived
-``status``/``stop`` calls are not part of a run), torchrun (also as ``torch.distributed.run``) and
+One probe for every suite and bench: the node agent's supervisor (``mift_node.pyz agent start``; its
+short-lived ``status``/``stop`` calls are not part of a run), torchrun (also as ``torch.distributed.run``) and
 LLaMA-Factory (``llamafactory-cli`` and its ranks, ``llamafactory/launcher.py``). The brackets keep the probe
 from matching itself.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-TRAINER_PATTERN = "[l]lamafactory|[t]orchrun|[t]orch.distributed.run|[m]ift_agent.py start"
+TRAINER_PATTERN = "[l]lamafactory|[t]orchrun|[t]orch.distributed.run|[m]ift_node.pyz agent start"
 # a shell command for a node: one line "PID COMMAND LINE" per training process, exit 0 also when there is none
 TRAINER_PROBE = f"pgrep -af '{TRAINER_PATTERN}' || true"
 

@@ -244,7 +244,7 @@ def _netns_trainers(cluster: Cluster, host: int) -> list[str]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if re.search(r"llamafactory|torchrun|mift_agent", cmd) and "pgrep" not in cmd:
+        if re.search(r"llamafactory|torchrun|mift_node", cmd) and "pgrep" not in cmd:
             found.append(f"{pid} {cmd[:120]}")
     return found
 

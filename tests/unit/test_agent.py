@@ -1,8 +1,8 @@
-"""The node agent (launcher/data/mift_agent.py), run locally against the fake trainer test double."""
+"""The node agent (``mift_node.pyz agent``: launcher/node/agent.py), run locally against the fake trainer
+test double."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -13,13 +13,17 @@ from pathlib import Path
 
 import pytest
 
-AGENT = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_agent.py"
+from launcher import nodeprogram
+from launcher.node import common as node_common
+from launcher.node import supervise as node_supervise
+
+AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 FAKE = Path(__file__).with_name("fake_trainer.py")
 
 
 def agent(*args: str) -> dict:
     out = subprocess.run(
-        [sys.executable, str(AGENT), *args], check=False, capture_output=True, text=True, timeout=60
+        [sys.executable, str(AGENT), "agent", *args], check=False, capture_output=True, text=True, timeout=60
     )
     return json.loads(out.stdout)
 
@@ -52,10 +56,7 @@ def wait_state(run_dir: Path, states: set[str], timeout: float = 30) -> dict:
 
 
 def marked(run_dir: Path) -> list[int]:
-    sys.path.insert(0, str(AGENT.parent))
-    import mift_agent  # noqa: PLC0415 - the agent is a script, imported only here
-
-    return mift_agent.marked_pids(mift_agent.agent_key(run_dir.name, run_dir.resolve()))
+    return node_common.marked_pids(node_common.agent_key(run_dir.name, run_dir.resolve()))
 
 
 def test_start_runs_to_success_and_reports_last_step(tmp_path: Path) -> None:
@@ -230,11 +231,7 @@ def test_a_restart_judges_only_its_own_log(tmp_path: Path) -> None:
 
 
 def test_trainer_env_creates_the_kept_tunableop_directory(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("mift_agent_under_test", AGENT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = node_supervise
     run_dir = tmp_path / "r1"
     run_dir.mkdir()
     results = tmp_path / "kept" / "tunableop" / "tunableop_results.csv"

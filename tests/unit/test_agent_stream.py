@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from launcher.backends.agent_stream import AgentStream, answer_of
-from launcher.data import mift_contract as contract
+from launcher.node import contract
 from launcher.runner import RunningPlaybook
 
 if TYPE_CHECKING:
@@ -39,9 +39,9 @@ def test_an_attempt_that_printed_a_status_is_that_status() -> None:
 
 
 def test_an_agent_that_failed_is_absent_with_its_last_stderr_line() -> None:
-    res = {"stdout": "", "stderr": "Traceback ...\nFileNotFoundError: mift_agent.py", "rc": 2, "failed": True}
+    res = {"stdout": "", "stderr": "Traceback ...\nFileNotFoundError: mift_node.pyz", "rc": 2, "failed": True}
     node = answer_of("runner_retry", {"host": "host1", "task": "Ask", "res": res})
-    assert node == {"state": contract.ABSENT, "error": "Ask: FileNotFoundError: mift_agent.py"}
+    assert node == {"state": contract.ABSENT, "error": "Ask: FileNotFoundError: mift_node.pyz"}
 
 
 def test_an_attempt_past_its_timeout_and_an_ssh_failure_are_unreachable() -> None:

@@ -13,34 +13,36 @@ import tarfile
 import time
 from pathlib import Path
 
-from test_agent import AGENT, agent, make_run, marked, wait_state
+from test_agent import agent, make_run, marked, wait_state
 
-sys.path.insert(0, str(AGENT.parent))
-import mift_agent  # the agent is a script: importable once its folder is on the path
+from launcher.node import collect as node_collect
+from launcher.node import stop as node_stop
+from launcher.node import supervise as node_supervise
+from launcher.node import watch as node_watch
 
 
 def test_checkpoint_fact_reports_the_newest_checkpoint_and_whether_it_is_complete(tmp_path: Path) -> None:
-    assert mift_agent.checkpoint_fact(tmp_path) is None
+    assert node_watch.checkpoint_fact(tmp_path) is None
     for step in (4, 12, 8):
         (tmp_path / f"checkpoint-{step}").mkdir()
         (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
     (tmp_path / "checkpoint-x").mkdir()
-    done = mift_agent.checkpoint_fact(tmp_path)
+    done = node_watch.checkpoint_fact(tmp_path)
     assert done is not None and done["step"] == 12 and done["complete"] is True
     (tmp_path / "checkpoint-16" / "global_step16").mkdir(parents=True)
     shard = tmp_path / "checkpoint-16" / "global_step16" / "shard.pt"
     shard.write_bytes(b"x")
     os.utime(shard, (2000.0, 2000.0))
-    saving = mift_agent.checkpoint_fact(tmp_path)
+    saving = node_watch.checkpoint_fact(tmp_path)
     assert saving == {"step": 16, "complete": False, "mtime": 2000.0}
 
 
 def test_the_flight_recorder_files_go_into_the_run_dir_only_when_it_is_on(tmp_path: Path) -> None:
     off: dict[str, str] = {}
-    mift_agent.flight_recorder_env(off, tmp_path)
+    node_watch.flight_recorder_env(off, tmp_path)
     assert off == {}
     on = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/mine/pipe"}
-    mift_agent.flight_recorder_env(on, tmp_path)
+    node_watch.flight_recorder_env(on, tmp_path)
     assert on["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == str(tmp_path / "nccl-trace-rank")
     assert on["TORCH_FR_DUMP_TEMP_FILE"] == on["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]
     assert on["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] == "/mine/pipe"  # the job's own setting wins
@@ -51,11 +53,11 @@ def test_poking_the_flight_recorder_writes_into_each_rank_pipe(tmp_path: Path) -
     os.mkfifo(pipe)
     reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # the rank's end (ProcessGroupNCCL's DumpPipe)
     try:
-        assert mift_agent.poke_flight_recorder(tmp_path) == [pipe.name]
+        assert node_stop.poke_flight_recorder(tmp_path) == [pipe.name]
         assert os.read(reader, 8) == b"1"
     finally:
         os.close(reader)
-    assert mift_agent.poke_flight_recorder(tmp_path) == []  # no reader left: nothing to poke
+    assert node_stop.poke_flight_recorder(tmp_path) == []  # no reader left: nothing to poke
 
 
 def _rank_run(tmp_path: Path, run_id: str) -> Path:
@@ -109,7 +111,7 @@ def test_a_plain_stop_writes_no_stacks(tmp_path: Path) -> None:
 
 def test_torchrun_keeps_each_rank_log_in_the_run_dir_with_a_rank_prefix(tmp_path: Path) -> None:
     env = {"PET_TEE": "0"}
-    mift_agent.rank_log_env(env, tmp_path)
+    node_supervise.rank_log_env(env, tmp_path)
     assert env["PET_LOG_DIR"] == str(tmp_path / "ranks")
     assert env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == "[rank${rank} local${local_rank}]: "
     assert env["PET_TEE"] == "0"  # the job's own setting wins
@@ -128,9 +130,9 @@ def test_collect_ships_each_rank_log_named_by_its_global_rank(tmp_path: Path) ->
         (folder / "stdout.log").write_text(f"out {local}\n")
         (folder / "stderr.log").write_text(f"err {local}\n")
         (folder / "error.json").write_text("{}")
-    names = mift_agent.rank_logs(run_dir)
+    names = node_supervise.rank_logs(run_dir)
     assert sorted(names) == [f"rank{n}.{s}.log" for n in (2, 3) for s in ("stderr", "stdout")]
-    collected = mift_agent.cmd_collect(run_dir)
+    collected = node_collect.cmd_collect(run_dir)
     with tarfile.open(collected["archive"]) as tar:
         assert {"rank2.stderr.log", "rank3.stdout.log"} <= set(tar.getnames())
         member = tar.extractfile("rank3.stderr.log")
@@ -149,13 +151,13 @@ def test_collect_ships_the_trainers_tensorboard_event_files(tmp_path: Path) -> N
     (run_dir / "job.json").write_text(json.dumps({"run_id": "r1", "node_rank": 0}))
     name = "events.out.tfevents.1796440200.host1.71.0"
     (events / name).write_bytes(b"\x18\x00tfevents")
-    collected = mift_agent.cmd_collect(run_dir)
+    collected = node_collect.cmd_collect(run_dir)
     host_dir = tmp_path / "nodes" / "host1"
     host_dir.mkdir(parents=True)
     Path(collected["archive"]).replace(host_dir / "collect.tar.gz")
     unpack_collected(host_dir)
     assert (host_dir / name).read_bytes() == b"\x18\x00tfevents"
-    assert mift_agent.tensorboard_files(tmp_path / "none") == []  # no output yet: nothing, no error
+    assert node_supervise.tensorboard_files(tmp_path / "none") == []  # no output yet: nothing, no error
 
 
 def test_the_trainer_writes_tensorboard_events_under_its_output(tmp_path: Path) -> None:
@@ -163,10 +165,10 @@ def test_the_trainer_writes_tensorboard_events_under_its_output(tmp_path: Path) 
     directory: the agent points it under the output (relative or absolute), and the job's env wins."""
     run_dir = tmp_path / "r1"
     run_dir.mkdir()
-    env = mift_agent._trainer_env(run_dir, {"run_id": "r1", "output_dir": "output"})
+    env = node_supervise._trainer_env(run_dir, {"run_id": "r1", "output_dir": "output"})
     assert env["TENSORBOARD_LOGGING_DIR"] == str(run_dir / "output" / "runs")
-    env = mift_agent._trainer_env(run_dir, {"run_id": "r1", "output_dir": "/data/out"})
+    env = node_supervise._trainer_env(run_dir, {"run_id": "r1", "output_dir": "/data/out"})
     assert env["TENSORBOARD_LOGGING_DIR"] == "/data/out/runs"
     (run_dir / "env.json").write_text(json.dumps({"TENSORBOARD_LOGGING_DIR": "/elsewhere"}))
-    env = mift_agent._trainer_env(run_dir, {"run_id": "r1", "output_dir": "output"})
+    env = node_supervise._trainer_env(run_dir, {"run_id": "r1", "output_dir": "output"})
     assert env["TENSORBOARD_LOGGING_DIR"] == "/elsewhere"

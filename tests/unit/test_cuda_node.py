@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from launcher import nodeprogram
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import parse_job_spec
 from launcher.nodeenv import render_node_env, resolve_nproc
-from launcher.preflight import NodeFacts, _check, apply_torch_facts, probe_source
+from launcher.preflight import NodeFacts, _check, apply_torch_facts
 from launcher.torchinfo import cuda_hosts, torch_backend, torch_gpu_count, torch_gpu_mem_gib
 
 SRC = Path("/jobs/x.yaml")
@@ -143,11 +144,12 @@ def test_node_venv_defaults_to_the_inventory() -> None:
 
 
 def _run_probe(venv: Path) -> dict[str, Any]:
-    """What preflight's probe (fed on stdin, as preflight.yml does) says torch reports."""
+    """What preflight's probe (the node program's, run as preflight.yml does) says torch reports."""
     out = subprocess.run(
         [
             sys.executable,
-            "-",
+            str(nodeprogram.program_file()),
+            "probe",
             str(venv.parent / "run"),
             "--venv",
             str(venv),
@@ -156,7 +158,6 @@ def _run_probe(venv: Path) -> dict[str, Any]:
             "--dists",
             "torch",
         ],
-        input=Path(probe_source()).read_text(),
         capture_output=True,
         text=True,
         check=True,

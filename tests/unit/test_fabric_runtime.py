@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,11 @@ from launcher.fabric.runtime import DEBUG_ENV, TransportCheck, TransportWatch, h
 from launcher.follow import follow
 from launcher.jobspec import FabricOptions, RecoveryPolicy
 from launcher.main import cli
+from launcher.node import status as node_status
 from launcher.recovery import classify, decide
 from launcher.runner import PlaybookResult
 from launcher.runs import RunDir
 from launcher.verdict import Verdict
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "python" / "launcher" / "data"))
-import mift_agent  # the agent is a script: importable once its folder is on the path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 
@@ -53,10 +50,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 )
 def test_the_agent_reads_the_network_rccl_chose(capture: str, names: list[str]) -> None:
     text = (FIXTURES / capture).read_text()
-    assert mift_agent.net_transport(text) == names
+    assert node_status.net_transport(text) == names
     # as trainer.log holds them: torchrun tees each rank's line with its prefix
     teed = "".join(f"[rank{i} local{i}]: {line}\n" for i, line in enumerate(text.splitlines()))
-    assert mift_agent.net_transport(teed) == names
+    assert node_status.net_transport(teed) == names
 
 
 def test_no_line_is_none_and_only_the_current_start_counts(tmp_path: Path) -> None:
@@ -65,14 +62,14 @@ def test_no_line_is_none_and_only_the_current_start_counts(tmp_path: Path) -> No
     log = tmp_path / "trainer.log"
     socket = (FIXTURES / "nccl_socket_container.log").read_text()
     log.write_text("Process rank: 0, world size: 2, device: cpu, distributed training: True\n")
-    assert mift_agent._log_facts(log)["net_transport"] is None
-    assert mift_agent._log_facts(tmp_path / "missing.log")["net_transport"] is None
+    assert node_status._log_facts(log)["net_transport"] is None
+    assert node_status._log_facts(tmp_path / "missing.log")["net_transport"] is None
     log.write_text(socket)
     offset = log.stat().st_size
     with log.open("a") as fh:
         fh.write((FIXTURES / "nccl_roce_ib.log").read_text())
-    assert mift_agent._log_facts(log)["net_transport"] == ["Socket", "IB"]
-    assert mift_agent._log_facts(log, offset)["net_transport"] == ["IB"]
+    assert node_status._log_facts(log)["net_transport"] == ["Socket", "IB"]
+    assert node_status._log_facts(log, offset)["net_transport"] == ["IB"]
 
 
 # --- what hides the line ----------------------------------------------------------------------------------

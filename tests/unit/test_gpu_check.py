@@ -1,4 +1,4 @@
-"""The per-node GPU check of ``launcher check`` (``launcher/data/mift_gpu_check.py``): its threshold decision,
+"""The per-node GPU check of ``launcher check`` (``launcher/node/gpu_check.py``): its threshold decision,
 its process scan, and its answer where torch sees no GPU. The measurement itself needs a GPU (measured on an
 H200: bench/gpu/results/points/p29_gpu_check.md)."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.data import mift_gpu
-from launcher.data import mift_gpu_check as check
+from launcher.node import gpu as mift_gpu
+from launcher.node import gpu_check as check
 
 SCRIPT = Path(check.__file__)
 

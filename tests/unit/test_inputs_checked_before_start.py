@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from launcher.data import mift_probe
 from launcher.exceptions import ConfigurationError
 from launcher.jobspec import parse_job_spec
 from launcher.main import cli
+from launcher.node import probe as mift_probe
 from launcher.preflight import MODEL_FILES, NodePath, node_paths, run_preflight
 from launcher.report import steps_text
 from launcher.runner import PlaybookResult

@@ -265,6 +265,8 @@ def test_the_node_programs_environment_has_no_rendezvous(
         return SimpleNamespace(stdout=b'noise\n{"ok": true}\n', returncode=0)
 
     monkeypatch.setattr(nodecall.subprocess, "run", fake_run)
+    # TEST DOUBLE: no node behind "ssh h" to send the node program to
+    monkeypatch.setattr(nodecall.nodeprogram, "ship_over_ssh", lambda ssh: None)
     request = {"env": {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "a", "HF_HUB_OFFLINE": "1"}}
     answer = nodecall.call(
         ["ssh", "h"], "/v/bin/python3", "merge", request, log=tmp_path / "l.log", timeout_s=5
@@ -294,7 +296,7 @@ def test_the_stage_report_with_no_destination_gives_the_connection_only(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """launcher.staging.node_connections asks the stage playbook for no folder: the node answers {}."""
-    from launcher.data import mift_stage  # noqa: PLC0415
+    from launcher.node import stage as mift_stage  # noqa: PLC0415
 
     assert mift_stage.main(["report", "--cache", ""]) == 0
     assert json.loads(capsys.readouterr().out) == {}

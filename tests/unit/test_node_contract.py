@@ -9,7 +9,7 @@ import typing
 import pytest
 
 from launcher.backends.agent import nodes_from
-from launcher.data import mift_contract as contract
+from launcher.node import contract
 from launcher.runner import PlaybookResult
 from launcher.runs import RunRecord
 

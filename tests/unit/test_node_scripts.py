@@ -1,5 +1,5 @@
-"""The node scripts of launch and preflight: mift_install.py (files from stdin, modes, the agent), and the
-local facts the probe reads."""
+"""The node program of launch and preflight: its install (files from stdin, modes, the agent), and the local
+facts the probe reads."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launcher import nodeprogram
+from launcher.node import probe as node_probe
 from launcher.nodelayout import layout
 
-INSTALL = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_install.py"
-# stands in for mift_agent.py: prints what it was started with, exits 1 when told to
-AGENT_STANDIN = (
-    "import json, sys\nprint(json.dumps({'argv': sys.argv[1:]}))\nsys.exit('--fail' in sys.argv)\n"
-)
+# the node program as shipped (``python3 PROGRAM install ...``: the launch playbook's one command)
+PROGRAM = nodeprogram.program_file()
+JOB = {"run_id": "r1", "node_rank": 0, "argv": ["true"], "output_dir": "output", "expect_outputs": []}
 
 
 def _install(run_dir: Path, files: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", INSTALL.read_text(), str(run_dir), *args],
+        [sys.executable, str(PROGRAM), "install", str(run_dir), *args],
         input=json.dumps(files),
         capture_output=True,
         text=True,
@@ -29,33 +29,30 @@ def _install(run_dir: Path, files: dict[str, str], *args: str) -> subprocess.Com
     )
 
 
-def test_writes_files_with_their_modes_then_execs_the_agent(tmp_path: Path) -> None:
+def test_writes_the_program_and_the_files_with_their_modes_then_execs_the_agent(tmp_path: Path) -> None:
     run_dir = tmp_path / "runs" / "r1"
-    files = {
-        "mift_agent.py": AGENT_STANDIN,
-        "mift_contract.py": "X = 1\n",
-        "bundle.json": '{"env": {"T": "s"}}',
-    }
-    proc = _install(run_dir, files, "start", "--grace", "8", "--wait", "30")
+    files = {"bundle.json": json.dumps({"files": {}, "job": JOB, "env": {"T": "s"}})}
+    proc = _install(run_dir, files, "prepare", "--grace", "8")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"argv": ["start", str(run_dir), "--grace", "8", "--wait", "30"]}
+    assert json.loads(proc.stdout)["state"] == "queued"  # the agent's prepare answered
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in run_dir.iterdir()}
-    assert modes == {"mift_agent.py": 0o700, "mift_contract.py": 0o700, "bundle.json": 0o600}
-    assert (run_dir / "bundle.json").read_text() == files["bundle.json"]
+    assert modes["mift_node.pyz"] == 0o700 and modes["env.json"] == 0o600
+    assert (run_dir / "mift_node.pyz").read_bytes() == PROGRAM.read_bytes()
 
 
 def test_agent_failure_is_the_tasks_exit_status(tmp_path: Path) -> None:
-    proc = _install(tmp_path / "r2", {"mift_agent.py": AGENT_STANDIN}, "start", "--fail")
-    assert proc.returncode == 1 and json.loads(proc.stdout)["argv"][-1] == "--fail"
+    proc = _install(
+        tmp_path / "r2", {}, "start", "--grace", "8", "--wait", "1"
+    )  # no bundle: nothing to start
+    assert proc.returncode == 1 and json.loads(proc.stdout)["ok"] is False
 
 
-def test_prepare_is_passed_on_and_an_unknown_command_refused(tmp_path: Path) -> None:
-    proc = _install(tmp_path / "r4", {"mift_agent.py": AGENT_STANDIN}, "prepare", "--grace", "8")
-    assert json.loads(proc.stdout) == {"argv": ["prepare", str(tmp_path / "r4"), "--grace", "8"]}
-    proc = _install(tmp_path / "r5", {"mift_agent.py": AGENT_STANDIN}, "rm")
+def test_an_unknown_command_is_refused(tmp_path: Path) -> None:
+    proc = _install(tmp_path / "r5", {}, "rm")
     assert proc.returncode == 1
     assert proc.stderr.strip() == "mift_install: unknown agent command 'rm'"
+    assert not (tmp_path / "r5").exists()
 
 
 def test_a_path_in_a_file_name_is_refused_before_anything_is_written(tmp_path: Path) -> None:
@@ -66,14 +63,16 @@ def test_a_path_in_a_file_name_is_refused_before_anything_is_written(tmp_path: P
     assert not (tmp_path / "escape.py").exists() and not run_dir.exists()
 
 
-def _probe_module():  # the node script, imported from its folder
-    sys.path.insert(0, str(INSTALL.parent))
-    try:
-        import mift_probe  # noqa: PLC0415
+def test_an_unknown_program_is_refused_with_the_list() -> None:
+    proc = subprocess.run([sys.executable, str(PROGRAM), "nope"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "mift_node: program 'nope' is not one of agent, allreduce, gpu-check, install, prepare, probe, stage"
+    )
 
-        return mift_probe
-    finally:
-        sys.path.pop(0)
+
+def _probe_module():  # the node program's probe
+    return node_probe
 
 
 def test_probe_reads_the_local_facts_preflight_needs(tmp_path: Path) -> None:

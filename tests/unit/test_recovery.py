@@ -4,7 +4,6 @@ and report, and the engine's attempt loop in-process against a test double of th
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,12 @@ from launcher.exceptions import ConfigurationError
 from launcher.jobspec import RecoveryPolicy, parse_job_spec
 from launcher.main import cli
 from launcher.metrics import summarize
+from launcher.node import status as node_status
 from launcher.recovery import Failure, classify, decide
 from launcher.report import attempt_lines
 from launcher.runner import PlaybookResult
 from launcher.runs import RunRecord
 from launcher.verdict import Judge
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "python" / "launcher" / "data"))
-import mift_agent  # the agent is a script: importable once its folder is on the path
 
 # torchrun's report of a rank killed by SIGKILL (the lines the agent reports as failure_lines)
 KILLED = ["exitcode  : -9 (pid: 4242)", "traceback : Signal 9 (SIGKILL) received by PID 4242"]
@@ -63,7 +60,7 @@ REPORTS = Path(__file__).parents[1] / "fixtures" / "torchrun"
 
 def _failed_node(name: str) -> dict[str, Any]:
     """One node's status as the agent reports it from a captured trainer.log (llamafactory-cli exits 1)."""
-    return {"state": "failed", "rc": 1, **mift_agent._log_facts(REPORTS / name)}
+    return {"state": "failed", "rc": 1, **node_status._log_facts(REPORTS / name)}
 
 
 @pytest.mark.parametrize(

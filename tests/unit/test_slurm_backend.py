@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher import nodeprogram
 from launcher.backends import choose_backend
 from launcher.backends.slurm import first_failure, login_host, record_master
 from launcher.backends.slurm_script import (
@@ -29,7 +30,7 @@ from launcher.jobspec import SlurmOptions, parse_job_spec
 from launcher.runs import RunDir
 from mift_testsupport.slurm import srun_task_env
 
-AGENT = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_agent.py"
+AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 FAKE = Path(__file__).with_name("fake_trainer.py")
 
 
@@ -64,7 +65,7 @@ def test_sbatch_script_asks_for_the_nodes_and_runs_one_agent_task_per_node() -> 
         assert line in lines
     assert lines[-1] == (
         "exec srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 python3 "
-        "/var/lib/mift/runs/r1/mift_agent.py slurm-step /var/lib/mift/runs/r1 --grace 8"
+        "/var/lib/mift/runs/r1/mift_node.pyz agent slurm-step /var/lib/mift/runs/r1 --grace 8"
     )
     bare = sbatch_script(alloc())
     assert "--partition" not in bare and "--account" not in bare and "--time" not in bare
@@ -177,7 +178,12 @@ def test_backend_from_the_inventory_and_the_command_line(tmp_path: Path) -> None
 # --- the node agent under Slurm ---------------------------------------------------------------------------
 def agent(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(AGENT), *args], check=False, capture_output=True, text=True, timeout=60, env=env
+        [sys.executable, str(AGENT), "agent", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
 
 
@@ -247,7 +253,7 @@ def test_slurm_step_exits_non_zero_when_the_trainer_fails(tmp_path: Path) -> Non
 def test_slurm_step_stops_the_trainer_on_sigterm(tmp_path: Path) -> None:
     run_dir = prepared_run(tmp_path, "--steps", "1000", "--step-s", "0.1")
     step = subprocess.Popen(
-        [sys.executable, str(AGENT), "slurm-step", str(run_dir), "--grace", "2"],
+        [sys.executable, str(AGENT), "agent", "slurm-step", str(run_dir), "--grace", "2"],
         env=slurm_env(tmp_path, "0"),
         stdout=subprocess.PIPE,
         text=True,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
+from launcher import nodeprogram
 from launcher.backends import backend_of, choose_backend
 from launcher.backends.slurm import SlurmBackend, first_failure
 from launcher.backends.slurm_script import Allocation, Partition, check_request, sbatch_script
@@ -28,14 +29,12 @@ from launcher.exceptions import ConfigurationError
 from launcher.jobspec import SlurmOptions, parse_job_spec
 from launcher.nodelayout import layout
 from launcher.preflight import NodeFacts
-from mift_testsupport.slurm import NODE_SCRIPTS, srun_task_env
+from mift_testsupport.slurm import srun_task_env
 
 if TYPE_CHECKING:
     from launcher.engine.plan import RunPlan
 
-DATA = Path(__file__).parents[2] / "python" / "launcher" / "data"
-AGENT = DATA / "mift_agent.py"
-INSTALL = DATA / "mift_install.py"
+AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 FAKE = Path(__file__).with_name("fake_trainer.py")
 SHARED = {"shared_dir": "/shared/mift", "nodes": 2}
 
@@ -62,11 +61,11 @@ def test_the_batch_script_lets_slurm_pick_the_nodes_and_checks_each_first() -> N
     assert "#SBATCH --output=/shared/mift/r1/rank0/slurm.out" in lines
     tasks = "--nodes=2 --ntasks=2 --ntasks-per-node=1"
     check = (
-        f"srun --kill-on-bad-exit=1 {tasks} python3 /shared/mift/r1/mift_agent.py slurm-check "
+        f"srun --kill-on-bad-exit=1 {tasks} python3 /shared/mift/r1/mift_node.pyz agent slurm-check "
         "/shared/mift/r1 || exit 3"
     )
     step = (
-        f"exec srun --kill-on-bad-exit=1 {tasks} python3 /shared/mift/r1/mift_agent.py slurm-step "
+        f"exec srun --kill-on-bad-exit=1 {tasks} python3 /shared/mift/r1/mift_node.pyz agent slurm-step "
         "/shared/mift/r1 --grace 8 --ranks"
     )
     assert lines.index(check) < lines.index(step) == len(lines) - 1  # the check runs first
@@ -187,13 +186,14 @@ def run(
 
 
 def agent(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run([sys.executable, str(AGENT), *args], env=env)
+    return run([sys.executable, str(AGENT), "agent", *args], env=env)
 
 
 def prepared_root(tmp_path: Path, versions: dict[str, str] | None = None, *trainer_args: str) -> Path:
-    """A shared run root with 2 ranks prepared through mift_install.py, as slurm_shared_prepare.yml does."""
+    """A shared run root with 2 ranks prepared through the node program's install, as slurm_shared_prepare.yml
+    does."""
     root = tmp_path / "shared" / "r-login"
-    files = {name: (DATA / name).read_text() for name in NODE_SCRIPTS}
+    files = {}
     expect = {"versions": versions or {}, "min_free_bytes": 0, "facts_dir": str(tmp_path / "facts")}
     files["expect.json"] = json.dumps(expect)
     for rank in (0, 1):
@@ -207,9 +207,7 @@ def prepared_root(tmp_path: Path, versions: dict[str, str] | None = None, *train
         }
         env = {"NNODES": "2", "NODE_RANK": str(rank), "MASTER_ADDR": "", "MASTER_PORT": "29500"}
         files[f"rank{rank}/bundle.json"] = json.dumps({"files": {}, "job": job, "env": env})
-    proc = run(
-        [sys.executable, "-c", INSTALL.read_text(), str(root), "shared-prepare"], stdin=json.dumps(files)
-    )
+    proc = run([sys.executable, str(AGENT), "install", str(root), "shared-prepare"], stdin=json.dumps(files))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     answer = json.loads(proc.stdout)
     assert answer["ok"] and set(answer["results"]) == {"rank0", "rank1"}
@@ -228,7 +226,7 @@ def test_install_refuses_paths_except_rank_bundles(tmp_path: Path) -> None:
         ("rank0/bundle.json", "prepare"),
     ):
         proc = run(
-            [sys.executable, "-c", INSTALL.read_text(), str(tmp_path / "r"), command],
+            [sys.executable, str(AGENT), "install", str(tmp_path / "r"), command],
             stdin=json.dumps({name: "x"}),
         )
         assert proc.returncode != 0 and "refusing file name" in proc.stderr, (name, command)

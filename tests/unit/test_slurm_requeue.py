@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from test_slurm_backend import alloc
 
+from launcher import nodeprogram
 from launcher.backends import check_recovery as _check_recovery
 from launcher.backends.slurm import record_requeues
 from launcher.backends.slurm_script import (
@@ -32,15 +33,13 @@ from launcher.backends.slurm_script import (
 from launcher.exceptions import ConfigurationError
 from launcher.follow import queued
 from launcher.jobspec import parse_job_spec
+from launcher.node import contract
+from launcher.node import slurm as node_slurm
 from launcher.runs import RunDir
 from launcher.watchdog import ProgressWatch, Schedule, WatchdogOptions
-from mift_testsupport.slurm import NODE_SCRIPTS, srun_task_env
+from mift_testsupport.slurm import srun_task_env
 
-DATA = Path(__file__).parents[2] / "python" / "launcher" / "data"
-sys.path.insert(0, str(DATA))
-import mift_agent  # noqa: E402 - the node agent is a standalone script next to its contract
-
-AGENT = DATA / "mift_agent.py"
+AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 
 
 def spec(tmp_path: Path, **fields: Any) -> Any:
@@ -64,8 +63,8 @@ def test_a_requeued_job_asks_slurm_for_requeue_and_the_time_limit_signal() -> No
         "trap at_time_limit USR1",
         '  if [ "$restarts" -lt 3 ]; then',
         '    scontrol requeue "$SLURM_JOB_ID"',
-        "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 python3 "
-        '/var/lib/mift/runs/r1/mift_agent.py slurm-step /var/lib/mift/runs/r1 --grace 8 "${resume[@]}" &',
+        "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 python3 /var/lib/mift/runs/r1/"
+        'mift_node.pyz agent slurm-step /var/lib/mift/runs/r1 --grace 8 "${resume[@]}" &',
         'exit "$rc"',
     ):
         assert line in lines, line
@@ -96,8 +95,7 @@ def test_the_time_limit_signal_is_trapped_before_the_restart_looks_for_its_check
     (no Slurm here); the script, bash and the agent's resume-step are real."""
     run_dir = tmp_path / "r1"
     run_dir.mkdir()
-    for name in NODE_SCRIPTS:
-        shutil.copy(DATA / name, run_dir / name)
+    shutil.copy(AGENT, run_dir / contract.PROGRAM_FILE)  # as launch.yml's install puts it there
     two_restarts = alloc(Requeue(max_restarts=2, before_s=120))
     script = sbatch_script(dataclasses.replace(two_restarts, run_dir=str(run_dir)))
     bin_dir = tmp_path / "bin"
@@ -318,33 +316,33 @@ mift: restart 2 resumes from: 8
 
 def test_the_agent_reads_why_each_attempt_ended_from_the_batch_output() -> None:
     # the lines are a real slurm.out of the e2e case (Slurm 22.05.8 on the test hosts)
-    assert mift_agent.requeue_causes(SLURM_OUT) == {"1": "node failure", "2": "time limit"}
+    assert node_slurm.requeue_causes(SLURM_OUT) == {"1": "node failure", "2": "time limit"}
     requeued = "mift: attempt 1 of slurm job 5 on h1\n*** JOB 5 ON h1 CANCELLED AT x DUE TO JOB REQUEUE ***\n"
-    assert mift_agent.requeue_causes(requeued) == {"1": "requeue"}
-    assert mift_agent.requeue_causes("mift: attempt 1 of slurm job 5 on h1\n") == {}
+    assert node_slurm.requeue_causes(requeued) == {"1": "requeue"}
+    assert node_slurm.requeue_causes("mift: attempt 1 of slurm job 5 on h1\n") == {}
 
 
 def test_the_resume_step_is_the_newest_checkpoint_every_node_holds() -> None:
     def line(node: str, steps: list[int]) -> str:
         return json.dumps({"ok": True, "node": node, "checkpoints": steps})
 
-    assert mift_agent.resume_step([line("h1", [4, 8, 12]), line("h2", [4, 8])], 2) == 8
-    assert mift_agent.resume_step([line("h1", [4]), line("h2", [])], 2) is None
+    assert node_slurm.resume_step([line("h1", [4, 8, 12]), line("h2", [4, 8])], 2) == 8
+    assert node_slurm.resume_step([line("h1", [4]), line("h2", [])], 2) is None
     with pytest.raises(ValueError, match="1 of 2 nodes listed their checkpoints"):
-        mift_agent.resume_step([line("h1", [4]), "srun: error: host2: task 1: Exited"], 2)
+        node_slurm.resume_step([line("h1", [4]), "srun: error: host2: task 1: Exited"], 2)
     argv = ["/opt/mift/venv/bin/llamafactory-cli", "train", "train.yaml"]
     out = Path("/var/lib/mift/runs/r1/output")
-    assert mift_agent.resume_argv(argv, out, 8) == [
+    assert node_slurm.resume_argv(argv, out, 8) == [
         *argv,
         "resume_from_checkpoint=/var/lib/mift/runs/r1/output/checkpoint-8",
         "overwrite_output_dir=false",
     ]
-    assert mift_agent.resume_argv(argv, out, None) == argv  # nothing common: as the first attempt began
+    assert node_slurm.resume_argv(argv, out, None) == argv  # nothing common: as the first attempt began
 
 
 def agent(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(AGENT), *args],
+        [sys.executable, str(AGENT), "agent", *args],
         check=False,
         capture_output=True,
         text=True,

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from launcher.data import mift_stage
 from launcher.exceptions import ConfigurationError, JobFailedError
 from launcher.jobspec import parse_job_spec
+from launcher.node import stage as mift_stage
 from launcher.runner import PlaybookResult
 from launcher.runs import RunRecord
 from launcher.staging import (

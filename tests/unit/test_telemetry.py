@@ -30,7 +30,8 @@ from typing import Any
 
 import pytest
 
-from launcher.data import mift_gpu as g
+from launcher import nodeprogram
+from launcher.node import gpu as g
 from launcher.telemetry import WarningOnce, after_fields, first_gpu_fault, gpu_lines
 from launcher.verdict import Judge
 from mift_testsupport import gpu_telemetry
@@ -416,13 +417,13 @@ def test_job_spec_default_lives_in_the_spec() -> None:
 
 # --- the node agent with the sampler (the fake trainer, the double in PATH) ------------------------------
 
-AGENT = Path(g.__file__).with_name("mift_agent.py")
+AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 FAKE_TRAINER = Path(__file__).with_name("fake_trainer.py")
 
 
 def _agent(*args: str) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, str(AGENT), *args], check=False, capture_output=True, text=True, timeout=60
+        [sys.executable, str(AGENT), "agent", *args], check=False, capture_output=True, text=True, timeout=60
     )
     return dict(json.loads(out.stdout))
 

@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from launcher import nodecall, tokenize_once
-from launcher.data import mift_prepare, mift_stage
 from launcher.engine.plan import TRAIN_FILE, with_tokenized_path
 from launcher.exceptions import JobFailedError
+from launcher.node import prepare as mift_prepare
+from launcher.node import stage as mift_stage
 from launcher.staging import stage
 from launcher.tokenize_once import (
     DATA_KEYS,
