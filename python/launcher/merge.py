@@ -1,7 +1,7 @@
 """After a successful run: merge the LoRA adapter into the base model on one node, check it, record it.
 
 docs/launcher.md "Merge after the run": on the node the job spec names (default: the node that saved the
-adapter, rank 0), ``data/mift_prepare.py merge`` runs LLaMA-Factory's export (``llamafactory-cli export``:
+adapter, rank 0), ``mift_node.pyz prepare merge`` runs LLaMA-Factory's export (``llamafactory-cli export``:
 ``export_device`` cpu or auto) into ``/var/lib/mift/runs/<run_id>/merged`` (a partial folder renamed when
 complete), then the smoke check: the greedy tokens of the merged model and of the base model with the adapter
 applied (peft, not merged) on a few prompts, same dtype and device. The answer, the merged folder's manifest

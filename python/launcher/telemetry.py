@@ -1,5 +1,5 @@
-"""GPU telemetry on the controller: what the nodes' samplers (``data/mift_gpu.py``) report, as the launcher
-shows and records it.
+"""GPU telemetry on the controller: what the nodes' samplers (``launcher/node/gpu.py``) report, as the
+launcher shows and records it.
 
 * :func:`first_gpu_fault` -- a node whose GPU broke (the judge fails the run with it, naming host and GPU);
 * :class:`WarningOnce` -- the follow loop prints a node's telemetry warning (a tool that hung or failed)

@@ -5,10 +5,10 @@ the cache key is the sha256 of what LLaMA-Factory's preprocessing result depends
 manifest digest, the sha256 of every model file but the weights — the tokenizer —, the training-YAML keys its
 data pipeline reads, and the node's LLaMA-Factory, transformers and datasets versions). The controller keeps
 one tokenized copy per key (``<cache root>/tokenized/<key>/`` and ``<key>.json``, written last). A key it does
-not hold is made on the first node by LLaMA-Factory's own ``get_dataset`` (``data/mift_prepare.py tokenize``),
-copied here and checked file by file against the node's sha256s; then staging sends it to every node that
-lacks it, to ``/var/lib/mift/tokenized/<key>``, and the shipped training YAML gets that ``tokenized_path``.
-Another key is another folder: a stale copy is never read.
+not hold is made on the first node by LLaMA-Factory's own ``get_dataset`` (``mift_node.pyz prepare
+tokenize``), copied here and checked file by file against the node's sha256s; then staging sends it to every
+node that lacks it, to ``/var/lib/mift/tokenized/<key>``, and the shipped training YAML gets that
+``tokenized_path``. Another key is another folder: a stale copy is never read.
 """
 
 from __future__ import annotations

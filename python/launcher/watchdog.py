@@ -1,7 +1,7 @@
 """The progress watchdog: a run whose optimizer step does not advance within a window is stalled.
 
 Pure decisions, no I/O (the follow loop feeds them each poll's node states; the node agent reports what it
-sees on its node, ``mift_agent.watch_facts``):
+sees on its node, ``launcher/node/watch.py`` ``watch_facts``):
 
 * **window** (:meth:`ProgressWatch.window`): before the first step, ``first_step_s`` (model load, data
   preparation, compilation). From the first step on, ``max(k x p95 of the intervals between the steps seen,

@@ -62,7 +62,7 @@ def _rank_host(record: RunRecord, rank: int) -> str:
 
 def rank_lines(text: str, rank: int) -> str:
     """Return the lines of a node's trainer.log that rank ``rank`` wrote (torchrun's ``[rankN localL]: ``
-    prefix, launcher/data/mift_agent.py ``RANK_LOG_PREFIX``)."""
+    prefix, launcher/node/supervise.py ``RANK_LOG_PREFIX``)."""
     prefix = f"[rank{rank} local"
     return "".join(line for line in text.splitlines(keepends=True) if line.startswith(prefix))
 

@@ -1,6 +1,6 @@
 """Each node's RCCL/NCCL/Gloo environment, derived from its fabric facts; overrides and agreement checked.
 
-The facts come from preflight's probe (``launcher/data/mift_probe.py``, ``net``): the interfaces with their
+The facts come from preflight's probe (``launcher/node/probe_net.py``, ``net``): the interfaces with their
 addresses (``ip -j addr``), the RDMA ports (``/sys/class/infiniband``: state, link layer, GID table with
 types), whether ``libibverbs`` is installed. Derived per node:
 

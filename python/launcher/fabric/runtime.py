@@ -5,7 +5,7 @@ RCCL/NCCL actually chose. On a multi-node job where RDMA is expected and predict
 environment asks RCCL/NCCL for its init and net lines (:data:`DEBUG_ENV`, under the inventory's and the job
 spec's env, which win); each rank's init then prints ``NCCL INFO Using network <Name>`` (``Socket``: TCP
 sockets; ``IB``, ``IBext_v8``, ...: RDMA through verbs or a net plugin). The node agent reports the names seen
-in the current start (``net_transport``, ``mift_agent.net_transport``); :class:`TransportWatch` names a node
+in the current start (``net_transport``, ``launcher/node/status.py``); :class:`TransportWatch` names a node
 that reports ``Socket`` in one line and, by ``fabric.socket_fallback``, fails the run (``fail``: recovery
 never retries it, kind ``socket_fallback``) or goes on (``warn``). An environment that hides the line
 (:func:`hidden_by`) makes the run say once that the transport is not judged; nothing ever says "ok".

@@ -1,7 +1,7 @@
 """``python3 mift_node.pyz PROGRAM ARGS...``: run one node program with the command line it has always had.
 
 PROGRAM is one of :data:`PROGRAMS`; ARGS go to that program's ``main`` unchanged (``agent status RUN_DIR`` is
-what ``mift_agent.py status RUN_DIR`` was). Standard library only.
+what ``mift_agent.py status RUN_DIR`` was before the programs became one file). Standard library only.
 """
 
 from __future__ import annotations

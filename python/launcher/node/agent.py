@@ -2,9 +2,10 @@
 """Node agent of the launcher (the supervisor side): start, report on and stop one trainer in a node run
 directory.
 
-Standard library only: the launch playbook copies this file, ``mift_contract.py`` (the controller/node
-contract: job, bundle, status) and ``mift_probe.py`` (the read-only probe preflight feeds to ``python3 -``)
-into ``/var/lib/mift/runs/<run_id>/``, and the playbooks run it with the system ``python3``. The run directory
+Standard library only: part of the node program (``launcher/node``, one zipapp); the launch playbook's install
+copies that file into ``/var/lib/mift/runs/<run_id>/mift_node.pyz``, and the playbooks run ``python3
+mift_node.pyz agent COMMAND ...`` with the system ``python3``. Each command's code is in a module of its own
+(``supervise``, ``bundle``, ``status``, ``stop``, ``collect``, ``slurm``, ``shared``). The run directory
 holds, unpacked by ``start`` from the ``bundle.json`` the launch playbook copied:
 
 * ``job.json``  -- ``mift_contract.Job`` (no secrets)

@@ -7,7 +7,7 @@ the ring of all nodes) and takes part in those that name it; rounds run one afte
 measurements share a link, and no round waits forever (the lowest unfinished round always has all its nodes
 at it). Prints one JSON object: ``{"results": [{"hosts", "seconds", "busbw_gbs"} | {"hosts", "error"}]}``.
 
-    VENV/bin/python3 - SPEC_JSON ME < mift_allreduce.py
+    VENV/bin/python3 mift_node.pyz allreduce SPEC_JSON ME
 
 SPEC_JSON: ``{"addrs": {host: address}, "rounds": [{"hosts": [...], "port": N}], "size_mb": 8, "iters": 3,
 "timeout_s": 120}``.

@@ -1,4 +1,6 @@
-"""TODO"""
+"""The node agent's bundle: ``bundle.json`` unpacked into the run directory (checked against the contract),
+the ``latest`` mark, and ``prepare`` (the Slurm backends: unpack, record ``queued``). Standard library only.
+"""
 
 from __future__ import annotations
 

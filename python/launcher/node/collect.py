@@ -1,4 +1,6 @@
-"""TODO"""
+"""The node agent's ``collect``: the status, the output files and ``collect.tar.gz`` (logs, state, metrics)
+for the launcher to fetch. Standard library only.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""TODO"""
+"""What every command of the node agent shares: the run directory's state files, process identity (boot id and
+start time), the run's marker in every process's environment and the sweep that ends them. Standard library
+only.
+"""
 
 from __future__ import annotations
 

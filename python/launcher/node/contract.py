@@ -1,8 +1,8 @@
 """The controller/node contract of the launcher: what the controller sends a node and what the node answers.
 
-Standard library only, and importable on its own: the launch playbook copies it next to ``mift_agent.py`` into
-the node run directory (``/var/lib/mift/runs/<run_id>/``), where the agent imports it with the node's
-``python3``; the launcher imports it as ``launcher.data.mift_contract``. One definition for both sides:
+Standard library only, and importable on its own: it is part of the node program (``mift_node.pyz``, in the
+node run directory ``/var/lib/mift/runs/<run_id>/``), where the agent imports it with the node's ``python3``;
+the launcher imports it as ``launcher.node.contract``. One definition for both sides:
 
 * :class:`Job` (``job.json``): what the node agent runs;
 * :class:`Bundle` (``bundle.json``, 0600, deleted once unpacked): the files, the job and the environment;

@@ -16,7 +16,7 @@ moves them. After the measurement every tensor is freed and the cache emptied; `
 ``reserved_after_mib`` say what the allocator still holds (0 when nothing is left), the process's own context
 goes when it exits. Exit code 0 when ok, 1 otherwise.
 
-    VENV/bin/python3 mift_gpu_check.py [--size 8192] [--iters 50] [--copy-mib 1024] [--min-tflops X] ...
+    VENV/bin/python3 mift_node.pyz gpu-check [--size 8192] [--iters 50] [--copy-mib 1024] [--min-tflops X] ...
 """
 
 from __future__ import annotations

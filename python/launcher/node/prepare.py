@@ -4,20 +4,20 @@
 The launcher (``launcher.tokenize_once``, ``launcher.merge``) runs it over the ssh Ansible uses, one JSON
 request on stdin, one JSON answer as the last line of stdout (everything the libraries print goes to stderr):
 
-    python3 -c "$(cat mift_prepare.py)" tokenize < request
+    python3 mift_node.pyz prepare tokenize < request
         {"env", "args": the training YAML's keys, "dest", "stage"}: LLaMA-Factory's own data pipeline
         (``get_dataset``, the one the trainer runs) with ``tokenized_path`` a hidden partial folder beside
         ``dest``, renamed to ``dest`` only when complete, its manifest kept beside it; a ``dest`` that still
         matches that manifest is not made again. Answer: {"ok", "tokenized": bool, "seconds", "files": {rel:
         {size, sha256}}}.
-    python3 -c "$(cat mift_prepare.py)" merge < request
+    python3 mift_node.pyz prepare merge < request
         {"env", "export": ``llamafactory-cli export`` arguments, "dest", "base", "adapter", "dtype", "device",
         "prompts", "max_new_tokens"}: the adapter merged into the base model (LLaMA-Factory's export) in a
         partial folder renamed to ``dest``; then the smoke check: greedy tokens of the merged model and of the
         base model with the adapter applied (peft, not merged), each prompt, same dtype and device. Answer:
         {"ok", "seconds", "check_seconds", "files", "dtype", "prompts": [{"prompt", "merged", "adapter",
         "base"}], "same": bool, "peak_rss_kb", "peak_gpu_bytes"} ("base": the base model alone, for contrast).
-    python3 -c "$(cat mift_prepare.py)" tar DIR
+    python3 mift_node.pyz prepare tar DIR
         the folder as an uncompressed tar stream on stdout (the controller checks each file's sha256 after).
 """
 

@@ -1,22 +1,22 @@
 #!/usr/bin/env python3
 """Read-only probe of a node, run by the launcher's preflight before anything is written on the node.
 
-Standard library only: preflight feeds this file to the system ``python3 -`` on stdin (no file is written, no
-directory created). One command prints one JSON object (read by ``launcher.preflight``): free disk where
-the outputs go, whether the master port is free, the trainer entry point, the stack versions installed in the
-node venv now, the local facts provisioning wrote (``/etc/ansible/facts.d/mift_{stack,gpus,flash_attn}.fact``,
-JSON; read here, so that preflight needs no fact-gathering round trip), the ``checkpoint-N`` folders of a run
-to resume, the node paths the job needs (``--require``: the model folder, a named resume checkpoint, the
-dataset folder; answered as ``missing``), what the trainer's torch reports (CUDA or ROCm build, GPU count
-and memory: ``VENV/bin/python3``, else the shebang of ``VENV/bin/llamafactory-cli``, which is what a ``pip
-install --target`` folder has), and the node's fabric facts (``net``: the interfaces and their addresses
-from ``ip -j addr``, the RDMA ports from ``/sys/class/infiniband``, the boot id; read by
-``launcher.fabric``). With ``--gpu-tools`` (``launcher check``) it also hands back what ``amd-smi`` prints
-(firmware, ECC and PCIe). The versions and torch are asked in parallel. Never fails: the controller decides
-what the answers mean.
+Standard library only: preflight runs it with the system ``python3`` (``mift_node.pyz probe``; nothing but the
+node program is written, no directory created). One command prints one JSON object (read by
+``launcher.preflight``): free disk where the outputs go, whether the master port is free, the trainer entry
+point, the stack versions installed in the node venv now, the local facts provisioning wrote
+(``/etc/ansible/facts.d/mift_{stack,gpus,flash_attn}.fact``, JSON; read here, so that preflight needs no
+fact-gathering round trip), the ``checkpoint-N`` folders of a run to resume, the node paths the job needs
+(``--require``: the model folder, a named resume checkpoint, the dataset folder; answered as ``missing``),
+what the trainer's torch reports (CUDA or ROCm build, GPU count and memory: ``VENV/bin/python3``, else the
+shebang of ``VENV/bin/llamafactory-cli``, which is what a ``pip install --target`` folder has), and the node's
+fabric facts (``net``: the interfaces and their addresses from ``ip -j addr``, the RDMA ports from
+``/sys/class/infiniband``, the boot id; read by ``launcher.fabric``). With ``--gpu-tools`` (``launcher
+check``) it also hands back what ``amd-smi`` prints (firmware, ECC and PCIe). The versions and torch are asked
+in parallel. Never fails: the controller decides what the answers mean.
 
-    python3 - RUN_DIR --venv VENV --facts-dir DIR --dists D1,D2,.. [--path OUTPUT_DIR] [--port PORT]
-        [--checkpoints DIR] [--require JSON] [--gpu-tools] < mift_probe.py
+    python3 mift_node.pyz probe RUN_DIR --venv VENV --facts-dir DIR --dists D1,D2,.. [--path OUTPUT_DIR]
+        [--port PORT] [--checkpoints DIR] [--require JSON] [--gpu-tools]
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from .probe_net import gpu_tools, net_facts
 
 TORCH_SNIPPET = """
 import json, torch
@@ -133,125 +135,6 @@ def torch_key(venv: Path) -> str | None:
     parts: list[Any] = [boot, devices, {k: os.environ.get(k) for k in VISIBLE_DEVICES}, venv_python(venv)]
     parts.append([_stamp(f) for f in files])
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
-
-
-SYSFS_INFINIBAND = Path("/sys/class/infiniband")
-# GID table entries read per RDMA port (RoCEv2 lives at a low index: 3 on AMD's reference setup)
-MAX_GIDS = 16
-ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def interfaces() -> dict[str, Any]:
-    """Return the node's interfaces as ``ip -j addr`` reports them: name, state and addresses."""
-    try:
-        proc = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, timeout=10, check=False)
-        data = json.loads(proc.stdout or "null")
-    except (OSError, ValueError, subprocess.TimeoutExpired) as err:
-        return {"error": f"ip -j addr: {str(err)[:200]}"}
-    if not isinstance(data, list):
-        return {"error": f"ip -j addr: exit status {proc.returncode}, no JSON list"}
-    found = []
-    for entry in data:
-        if not isinstance(entry, dict) or "ifname" not in entry:
-            continue
-        found.append(
-            {
-                "name": str(entry["ifname"]),
-                "state": str(entry.get("operstate", "UNKNOWN")),
-                "addrs": [str(a.get("local")) for a in entry.get("addr_info") or [] if a.get("local")],
-            }
-        )
-    return {"interfaces": found}
-
-
-def rdma_ports(root: Path = SYSFS_INFINIBAND) -> list[dict[str, Any]]:
-    """Return every RDMA port under ``root``: device, port, state, link layer and its non-zero GIDs."""
-    ports = []
-    try:
-        devices = sorted(p for p in root.iterdir() if p.is_dir())
-    except OSError:
-        return []
-    for dev in devices:
-        try:
-            port_dirs = sorted(
-                (dev / "ports").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0
-            )
-        except OSError:
-            continue
-        for port in port_dirs:
-            gids = []
-            for index in range(MAX_GIDS):
-                gid = _read(port / "gids" / str(index))
-                if gid is None:
-                    break
-                if gid == ZERO_GID:
-                    continue
-                gids.append(
-                    {
-                        "index": index,
-                        "gid": gid,
-                        "type": _read(port / "gid_attrs" / "types" / str(index)),
-                        "ndev": _read(port / "gid_attrs" / "ndevs" / str(index)),
-                    }
-                )
-            state = _read(port / "state") or ""
-            ports.append(
-                {
-                    "device": dev.name,
-                    "port": int(port.name) if port.name.isdigit() else port.name,
-                    "state": state.split(":", 1)[-1].strip(),
-                    "link_layer": _read(port / "link_layer"),
-                    "gids": gids,
-                }
-            )
-    return ports
-
-
-# where the loader finds libibverbs (RCCL dlopens it; without it RCCL uses sockets, silently)
-LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
-
-
-def net_facts() -> dict[str, Any]:
-    """Return the fabric facts of the node: interfaces, RDMA ports, boot id."""
-    return {
-        **interfaces(),
-        "rdma": rdma_ports(),
-        "libibverbs": any(any(Path(d).glob("libibverbs.so*")) for d in LIB_DIRS),
-        "boot_id": _read(Path("/proc/sys/kernel/random/boot_id")),
-    }
-
-
-# what `launcher check` reads from amd-smi (parsed on the controller: launcher.fabric.parsers)
-GPU_TOOL_COMMANDS = {
-    "amd_smi_firmware": ["amd-smi", "firmware"],
-    "amd_smi_metric": ["amd-smi", "metric", "--ecc", "--pcie"],
-}
-
-
-def gpu_tools() -> dict[str, Any]:
-    """Return what each GPU tool command printed (``None``: the tool is not installed)."""
-    out: dict[str, Any] = {}
-    for name, argv in GPU_TOOL_COMMANDS.items():
-        if shutil.which(argv[0]) is None:
-            out[name] = None
-            continue
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-            out[name] = {
-                "rc": proc.returncode,
-                "stdout": proc.stdout[:200_000],
-                "stderr": proc.stderr[-2000:],
-            }
-        except (OSError, subprocess.TimeoutExpired) as err:
-            out[name] = {"rc": None, "stdout": "", "stderr": str(err)[:300]}
-    return out
 
 
 def free_bytes(path: Path) -> int:

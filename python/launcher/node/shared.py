@@ -1,4 +1,7 @@
-"""TODO"""
+"""The node agent on a Slurm login host (docs/slurm.md "Login host only"):
+``shared-prepare|status|collect|stop``, the command for every rank folder of a shared run root. Standard
+library only.
+"""
 
 from __future__ import annotations
 

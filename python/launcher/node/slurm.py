@@ -1,4 +1,7 @@
-"""TODO"""
+"""The node agent under Slurm: ``slurm-step`` (one srun task: rank and master from the allocation),
+``slurm-check`` (login host only: a node checks itself), requeue causes, ``slurm-checkpoints`` and
+``resume-step``. Standard library only.
+"""
 
 from __future__ import annotations
 

@@ -4,10 +4,10 @@
 Standard library only. The launcher (``launcher.staging``) imports it for the one hashing code (the
 controller's manifest is made by :func:`scan` too) and runs it on the nodes:
 
-    python3 - report [--cache FILE] DEST...  < mift_stage.py
+    python3 mift_node.pyz stage report [--cache FILE] DEST...
         one JSON object: per DEST the files held (size, sha256), leftover partial files, free bytes and the
         file system (device id, block size) of DEST or its nearest existing parent
-    python3 -c "$(cat mift_stage.py)" recv [--cache FILE] DEST... < stream
+    python3 mift_node.pyz stage recv [--cache FILE] DEST... < stream
         the stream: a JSON header line per file {"dest": i, "path": REL, "size": N, "sha256": H, "offset": O,
         "mode": M} followed by its N - O bytes; {"end": true} ends it. Each file is written to
         ``.<name>.mift-part`` beside its final name (appended to from ``offset`` when a partial file is

@@ -1,4 +1,6 @@
-"""TODO"""
+"""The node agent's ``status``: the trainer's state, liveness and exit status, the last logged step, the
+failure lines, NCCL's network and which expected outputs exist. Standard library only.
+"""
 
 from __future__ import annotations
 

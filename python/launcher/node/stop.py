@@ -1,4 +1,7 @@
-"""TODO"""
+"""The node agent's ``stop``: SIGTERM the trainer's group and every marked process, SIGKILL after the grace
+period; with ``--dump-stacks`` first the stacks of every process of the run (py-spy, the kernel's view) and a
+poke of the flight recorder. Standard library only.
+"""
 
 from __future__ import annotations
 

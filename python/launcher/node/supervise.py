@@ -1,4 +1,7 @@
-"""TODO"""
+"""The node agent's ``start`` and its supervisor: the trainer in its own session and process group, its
+environment (rank logs, the flight recorder, the GPU sampler), the exit status recorded. Standard library
+only.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO"""
+"""What the progress watchdog reads on a node (``status`` -> ``watch``): the newest checkpoint, every rank's
+process and state, the flight recorder's environment and files. Standard library only.
+"""
 
 from __future__ import annotations
 
