@@ -1,6 +1,6 @@
 """What following a run costs the controller: the launcher's two ways to poll, side by side, through its own
-code (launcher/runner.py) and playbooks, the node agent (mift_agent.py status) answering on 2 local-connection
-nodes:
+code (launcher/runner.py) and playbooks, the node agent (mift_node.pyz agent status) answering on 2
+local-connection nodes:
 
 * one playbook per poll: ``poll_agents`` (playbooks/poll.yml), what ``launcher status`` and the Slurm
   backends run, and what a follow ran before;
@@ -26,7 +26,8 @@ from typing import Any
 
 import yaml
 
-from launcher.backends.agent import agent_source, poll_agents
+from launcher import nodeprogram
+from launcher.backends.agent import poll_agents
 from launcher.backends.agent_stream import AgentStream
 from launcher.runner import PlaybookRunner
 
@@ -57,9 +58,8 @@ class BenchJob:
         }
         run_dir = work / "runs" / RUN_ID
         run_dir.mkdir(parents=True)
-        agent = Path(agent_source())
-        for script in agent.parent.glob("mift_*.py"):  # the agent and the modules it imports
-            shutil.copy(script, run_dir / script.name)
+        # the node program, as launch.yml's install puts it into a run directory
+        shutil.copy(nodeprogram.program_file(), run_dir / "mift_node.pyz")
 
 
 def answered(nodes: dict[str, Any]) -> int:

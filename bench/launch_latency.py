@@ -58,7 +58,7 @@ JOB = REPO / "configs" / "jobs" / "tiny-lora-z3.yaml"
 NODE_VENV = "/opt/mift/venv"
 NODE_MODEL = "/opt/mift/models/tiny-llama"
 BENCH_MARKER = "MIFT_BENCH_KEY"
-AGENT_MARKER = "MIFT_AGENT_KEY"  # python/launcher/data/mift_agent.py
+AGENT_MARKER = "MIFT_AGENT_KEY"  # python/launcher/node/contract.py MARKER
 T0 = time.monotonic()
 
 # Fed to `python3 -` on a node (so its command line never matches what it looks for). Commands:

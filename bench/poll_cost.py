@@ -31,15 +31,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
+from launcher import nodeprogram  # noqa: E402
 from launcher.backends.agent import POLL_TIMEOUT_S, nodes_from  # noqa: E402
 from launcher.repo import PLAYBOOK_DIR  # noqa: E402
 from launcher.runner import PlaybookRunner  # noqa: E402
 
-# what launch.yml copies into a node's run folder for the agent
-AGENT_FILES = [
-    REPO / "python" / "launcher" / "data" / name
-    for name in ("mift_agent.py", "mift_contract.py", "mift_probe.py", "mift_gpu.py")
-]
+# what launch.yml's install puts into a node's run folder for the agent: the node program
+AGENT_FILES = [nodeprogram.program_file()]
 RUN_ID = "poll-bench"
 
 
@@ -50,7 +48,7 @@ def command_variant(work: Path) -> Path:
     end = text.index("    - name: Hand the status")
     old = """    - name: Ask the node agent for the trainer's state
       ansible.builtin.command:
-        argv: ["python3", "{{ __mift_run_dir }}/mift_agent.py", "status", "{{ __mift_run_dir }}"]
+        argv: ["python3", "{{ __mift_run_dir }}/mift_node.pyz", "agent", "status", "{{ __mift_run_dir }}"]
       register: __mift_status
       changed_when: false
       check_mode: false
@@ -71,7 +69,7 @@ def local_nodes(work: Path, hosts: int) -> tuple[Path, list[str]]:
         run = work / name / RUN_ID
         run.mkdir(parents=True)
         for source in AGENT_FILES:
-            (run / source.name).write_bytes(source.read_bytes())
+            (run / "mift_node.pyz").write_bytes(source.read_bytes())
         (run / "job.json").write_text(json.dumps({"run_id": RUN_ID, "expect_outputs": []}))
         (run / "state.json").write_text(json.dumps({"state": "exited", "rc": 0}))
         lines.append(f"    {name}: {{mift_runs_root: {json.dumps(str(work / name))}}}")

@@ -98,8 +98,8 @@ def kind(argv: str) -> str:
         ("llamafactory/launcher.py", "training rank"),
         ("llamafactory-cli", "llamafactory-cli (parent)"),
         ("torchrun", "torchrun"),
-        ("mift_agent.py status", "agent status (poll)"),
-        ("mift_agent.py", "agent start/collect/stop"),
+        ("mift_node.pyz agent status", "agent status (poll)"),
+        ("mift_node.pyz", "agent start/collect/stop"),
         ("--dists", "preflight probe"),
     ):
         if key in argv:

@@ -4,13 +4,13 @@ all in one device call; results in bench/gpu/results/points/):
 * ``train``   -- #27 + #28: a plain torch/peft LoRA loop of a random-init Llama (bench/gpu/make_assets.py's
   shapes, LoRA r8 on every linear, micro-batch 2 x 1024 tokens, gradient checkpointing, bf16 autocast, fp32
   adapter as LLaMA-Factory keeps it): tokens/s in phases with the node agent's GPU sampler
-  (launcher.data.mift_gpu.Sampler in a process of its own, as the agent runs it) off, every 30 s and every
+  (launcher.node.gpu.Sampler in a process of its own, as the agent runs it) off, every 30 s and every
   1 s; then a checkpoint saved as transformers' Trainer saves one (adapter, optimizer.pt, scheduler.pt,
   rng_state.pth, trainer_state.json) and loaded back, timed. Saves the base model first (the merge's input).
 * ``sampler`` -- the sampler process ``train`` starts per phase.
 * ``stacks``  -- #27: stack dumps of processes stuck in a CUDA kernel, in a gloo collective waiting for a peer
   and in NCCL with a collective queued behind a long kernel: py-spy (--nonblocking, blocking, --native), the
-  kernel's view the agent writes (mift_agent._kernel_view), faulthandler on SIGUSR1, the NCCL flight
+  kernel's view the agent writes (node/stop.py _kernel_view), faulthandler on SIGUSR1, the NCCL flight
   recorder's pipe.
 * ``merge``   -- #31: base + adapter -> merged model (peft merge_and_unload, then save_pretrained in 5 GB
   shards as ``llamafactory-cli export`` does) on cuda or cpu: time per stage and peak memory.
@@ -32,11 +32,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     import torch
     from transformers import LlamaForCausalLM
 
@@ -48,14 +47,11 @@ VOCAB = 4000  # make_assets.py's tokenizer: the 8B shape is then 7.01 B paramete
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def _agent() -> ModuleType:
-    """Return the node agent's module (it imports its siblings as top-level modules, as on a node)."""
-    import launcher.data  # noqa: PLC0415
+def _agent() -> SimpleNamespace:
+    """Return the node agent's parts this bench calls (launcher/node: watch, stop) as one namespace."""
+    from launcher.node import stop, watch  # noqa: PLC0415
 
-    sys.path.insert(0, str(Path(launcher.data.__file__).parent))
-    import mift_agent  # noqa: PLC0415
-
-    return mift_agent
+    return SimpleNamespace(**vars(watch), **{k: v for k, v in vars(stop).items() if k not in vars(watch)})
 
 
 def result(name: str, **fields: object) -> None:
@@ -81,7 +77,7 @@ def _gpu_used_mib() -> float | None:
 
 def cmd_sampler(args: argparse.Namespace) -> None:
     """Run the node agent's sampler until SIGTERM (as the agent does, in a process beside the trainer)."""
-    from launcher.data import mift_gpu  # noqa: PLC0415
+    from launcher.node import gpu as mift_gpu  # noqa: PLC0415
 
     run_dir = Path(args.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -453,7 +449,7 @@ def _dump(name: str, pid: int, fault_file: Path, spy: str | None) -> dict[str, A
     else:
         print("py-spy: not found", flush=True)
     view = mift_agent._kernel_view(pid)
-    print("--- kernel view (mift_agent._kernel_view)\n" + view, flush=True)
+    print("--- kernel view (launcher/node/stop.py _kernel_view)\n" + view, flush=True)
     worked["kernel view"] = bool(view)
     os.kill(pid, signal.SIGUSR1)
     time.sleep(1.0)

@@ -29,13 +29,13 @@ STEPS=" ${POINTS_STEPS:-check stacks train merge} "
   echo "--- before"; q
   echo "--- \$ python3 mift_gpu_check.py"
   s=$(date +%s%N)
-  python3 "$D/python/launcher/data/mift_gpu_check.py"; echo "rc $?"
+  PYTHONPATH="$D/python" python3 -m launcher.node gpu-check; echo "rc $?"
   echo "process wall $(( ($(date +%s%N) - s) / 1000000 )) ms (interpreter start, torch import and CUDA init included)"
   echo "--- after"; q
   echo "--- \$ python3 mift_gpu_check.py (again)"
-  python3 "$D/python/launcher/data/mift_gpu_check.py"; echo "rc $?"
+  PYTHONPATH="$D/python" python3 -m launcher.node gpu-check; echo "rc $?"
   echo "--- \$ python3 mift_gpu_check.py --min-tflops 2000 (a floor no H200 meets: the failing line)"
-  python3 "$D/python/launcher/data/mift_gpu_check.py" --min-tflops 2000; echo "rc $?"
+  PYTHONPATH="$D/python" python3 -m launcher.node gpu-check --min-tflops 2000; echo "rc $?"
   echo "--- after"; q
 } >"$OUT/p29_check.log" 2>&1 && el "29 done"
 
