@@ -162,10 +162,11 @@ class TrainingPlan:
         choice = self.choice
         return deepspeed_config(choice.strategy) if choice else None
 
-    def reason(self) -> str:
-        """Return one paragraph: what won and why, vs the YAML's split and the faster misfits."""
+    def reason(self, verb: str = "Chose") -> str:
+        """Return one paragraph: what won and why, vs the YAML's split and the faster misfits. ``verb`` starts
+        the sentence naming the choice (``plan`` says "plan: auto would choose" where `run` does not apply it)."""
         if self.fixed_split:
-            return self._strategy_reason()
+            return self._strategy_reason(verb)
         cap = self.cluster.gpu_mem_gib
         choice, yaml = self.choice, self.yaml_best
         unmeasured = (
@@ -185,7 +186,7 @@ class TrainingPlan:
             )
         need = choice.estimate.gpu_total * (1 + self.margin) / GIB
         text = (
-            f"Chose {choice.describe()} ({choice.split.micro_batch} x {choice.split.accumulation} x "
+            f"{verb} {choice.describe()} ({choice.split.micro_batch} x {choice.split.accumulation} x "
             f"{self.cluster.world} GPU(s) = global batch {self.global_batch}): "
             f"{choice.tokens_per_s:,.0f} tokens/s "
             f"predicted ({choice.mfu:.0%} MFU); it fits in {need:.1f} of {cap:.1f} GiB per GPU with the "
@@ -214,7 +215,7 @@ class TrainingPlan:
             text += " " + self.probe.reason()
         return text + unmeasured
 
-    def _strategy_reason(self) -> str:
+    def _strategy_reason(self, verb: str = "Chose") -> str:
         """Return why the fixed split's strategy won: the faster strategies that do not fit, and where."""
         choice = self.choice
         skipped = []
@@ -235,7 +236,7 @@ class TrainingPlan:
             return lead + "Nothing fits: add GPUs or nodes, lower micro-batch or cutoff_len, or use LoRA."
         faster = "it is the fastest strategy" if not skipped else "it is the fastest of those that fit"
         return (
-            f"{lead}Chose {choice.strategy.label}: {faster} "
+            f"{lead}{verb} {choice.strategy.label}: {faster} "
             f"(speed order {' > '.join(s.value for s in SPEED_RANK)})."
         )
 
