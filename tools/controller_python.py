@@ -1,14 +1,16 @@
-"""Which interpreter builds the controller's venv (tools/bootstrap): one decision, from /etc/os-release and the
-pythons on PATH.
+"""Which interpreter builds the controller's venv (tools/bootstrap): one decision, from /etc/os-release and
+the pythons on PATH.
 
-The launcher needs Python 3.11 or newer (pyproject.toml ``requires-python``). Ubuntu 22.04's python3 is 3.10, so
-there the venv is built with python3.11 from jammy-updates (universe: ``python3.11`` and ``python3.11-venv``);
-Ubuntu 24.04 (3.12) and Debian 12 (3.11) use their system python3 with ``python3-venv``. Elsewhere the newest
-python3.N >= 3.11 that can make a venv is taken. Anything else is refused in one line naming what to install.
+The launcher needs Python 3.11 or newer (pyproject.toml ``requires-python``). Ubuntu 22.04's python3 is 3.10,
+so there the venv is built with python3.11 from jammy-updates (universe: ``python3.11``,
+``python3.11-venv``); Ubuntu 24.04 (3.12) and Debian 12 (3.11) use their system python3 with
+``python3-venv``. Elsewhere the newest python3.N >= 3.11 that can make a venv is taken. Anything else is
+refused in one line naming what to install.
 
 Standard library only, and valid on Python 3.8+: tools/bootstrap runs it with whatever ``python3`` the machine
 has (3.10 on Ubuntu 22.04) before any venv exists. Usage: ``python3 tools/controller_python.py`` prints the
-interpreter's path (exit 0) or the refusal line on stderr (exit 1). Tests: tests/unit/test_controller_python.py.
+interpreter's path (exit 0) or the refusal line on stderr (exit 1).
+Tests: tests/unit/test_controller_python.py.
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ def _v(version: tuple[int, int]) -> str:
 
 def supported() -> str:
     """The supported controller releases, e.g. ``Ubuntu 22.04 (python3.11), ...``."""
-    return ", ".join(f"{os_id.capitalize()} {ver} (python{_v(r.version)})" for (os_id, ver), r in RELEASES.items())
+    return ", ".join(
+        f"{os_id.capitalize()} {ver} (python{_v(r.version)})" for (os_id, ver), r in RELEASES.items()
+    )
 
 
 def choose(os_id: str, version_id: str, found: dict[str, Found]) -> Decision:
@@ -86,13 +90,15 @@ def choose(os_id: str, version_id: str, found: dict[str, Found]) -> Decision:
             f"install it: apt-get install {' '.join(missing)}"
         )
     usable = sorted(
-        (f for f in found.values() if f.version >= MIN_PYTHON and f.venv), key=lambda f: f.version, reverse=True
+        (f for f in found.values() if f.version >= MIN_PYTHON and f.venv),
+        key=lambda f: f.version,
+        reverse=True,
     )
     if usable:
         return Decision(python=usable[0].path)
     return Decision(
-        refusal=f"bootstrap: {os_id or 'unknown OS'} {version_id}: no Python >= {_v(MIN_PYTHON)} with its venv "
-        f"module on PATH; install one (supported controllers: {supported()})"
+        refusal=f"bootstrap: {os_id or 'unknown OS'} {version_id}: no Python >= {_v(MIN_PYTHON)} with its "
+        f"venv module on PATH; install one (supported controllers: {supported()})"
     )
 
 
@@ -126,7 +132,9 @@ def probe(names: tuple[str, ...] = CANDIDATES) -> dict[str, Found]:
         if out.returncode != 0 or len(out.stdout.split()) != 2:
             continue
         major, minor = (int(x) for x in out.stdout.split())
-        has_venv = subprocess.run([path, "-c", _PROBE], capture_output=True, timeout=30, check=False).returncode == 0
+        has_venv = (
+            subprocess.run([path, "-c", _PROBE], capture_output=True, timeout=30, check=False).returncode == 0
+        )
         found[name] = Found(path=path, version=(major, minor), venv=has_venv)
     return found
 

@@ -40,10 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 def cli(argv: Sequence[str] | None = None) -> ExitCode:
     """Parse ``argv``, run the command, and turn domain errors into one line on stderr.
 
-    A reader that closes stdout early (``python -m launcher plan JOB | head -1``) ends the command quietly, for
-    every command: stdout is flushed here, so a closed pipe shows inside this function and not as a traceback
-    when the interpreter exits; the rest of the output is dropped. The exit code is the command's when it had
-    finished (the pipe closed only at the flush), else 1 (job failed: the command was cut short).
+    A reader that closes stdout early (``python -m launcher plan JOB | head -1``) ends the command quietly,
+    for every command: stdout is flushed here, so a closed pipe shows inside this function and not as a
+    traceback when the interpreter exits; the rest of the output is dropped. The exit code is the command's
+    when it had finished (the pipe closed only at the flush), else 1 (job failed: the command was cut short).
     """
     code: ExitCode | None = None
     try:

@@ -1,8 +1,8 @@
-"""The controller's interpreter decision (tools/controller_python.py, run by tools/bootstrap before any venv).
+"""The controller's interpreter decision (tools/controller_python.py, run by tools/bootstrap before a venv).
 
-The table: OS (os-release ID and VERSION_ID) x the pythons on PATH -> the interpreter chosen, or the one refusal
-line that names what to install. Found entries are written by hand (the OSes are not here: this machine is
-Debian 12); the probe itself runs once against this machine's own interpreter.
+The table: OS (os-release ID and VERSION_ID) x the pythons on PATH -> the interpreter chosen, or the one
+refusal line that names what to install. Found entries are written by hand (the OSes are not here: this
+machine is Debian 12); the probe itself runs once against this machine's own interpreter.
 """
 
 from __future__ import annotations
@@ -33,20 +33,23 @@ TABLE: list[tuple[str, str, dict[str, cp.Found], str]] = [
         "ubuntu",
         "22.04",
         {"python3": PY310},
-        "bootstrap: Ubuntu 22.04: python3.11 is missing; install it: apt-get install python3.11 python3.11-venv",
+        "bootstrap: Ubuntu 22.04: python3.11 is missing; install it: "
+        "apt-get install python3.11 python3.11-venv",
     ),
     (
         "ubuntu",
         "22.04",
         {"python3": PY310, "python3.11": PY311_NO_VENV},
-        "bootstrap: Ubuntu 22.04: python3.11 (3.11) has no venv module; install it: apt-get install python3.11-venv",
+        "bootstrap: Ubuntu 22.04: python3.11 (3.11) has no venv module; install it: "
+        "apt-get install python3.11-venv",
     ),
     ("ubuntu", "24.04", {"python3": PY3_312, "python3.12": PY3_312}, "/usr/bin/python3"),
     (
         "ubuntu",
         "24.04",
         {"python3": PY3_312_NO_VENV},
-        "bootstrap: Ubuntu 24.04: python3 (3.12) has no venv module; install it: apt-get install python3-venv",
+        "bootstrap: Ubuntu 24.04: python3 (3.12) has no venv module; install it: "
+        "apt-get install python3-venv",
     ),
     ("debian", "12", {"python3": PY3_311, "python3.11": PY3_311}, "/usr/bin/python3"),
     (

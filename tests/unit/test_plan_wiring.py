@@ -261,7 +261,7 @@ def test_plan_command_prints_the_candidate_table_the_reason_and_the_gain(tmp_pat
     )
     for column in ("strategy", "checkpointing", "GPU GiB", "host GiB", "tokens/s", "MFU", "fits"):
         assert column in header
-    # one decision: `run` applies the fastest strategy at the YAML's split (deepspeed: auto, plan: as_written);
+    # one decision: `run` applies the fastest strategy at the YAML's split (deepspeed auto, plan as_written);
     # the training plan is what plan: auto would pick, never a second "Chose"
     assert "Chose" not in text
     assert text.count("`run` applies") == 1

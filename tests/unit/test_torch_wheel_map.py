@@ -1,7 +1,7 @@
 """The pytorch role's ROCm -> torch map names only wheels recorded as existing, for every node interpreter.
 
-The recorded list is requirements/rocm-torch-wheels.yml (each wheel with where it was seen; docs/stack.md "Which
-wheels exist"); the node interpreters are the python_env role's own decision table
+The recorded list is requirements/rocm-torch-wheels.yml (each wheel with where it was seen; docs/stack.md
+"Which wheels exist"); the node interpreters are the python_env role's own decision table
 (plugins/module_utils/mift_python_choice.py: cp311 on Ubuntu 22.04 and Debian 12, cp312 on Ubuntu 24.04).
 """
 
@@ -24,7 +24,7 @@ KNOWN = ROOT / "requirements" / "rocm-torch-wheels.yml"
 
 
 def node_tags() -> dict[str, list[str]]:
-    """Interpreter tag -> the releases whose nodes get it, e.g. {'cp311': ['Ubuntu jammy', 'Debian bookworm']}."""
+    """Interpreter tag -> the releases whose nodes get it, e.g. ``{'cp311': ['Ubuntu jammy', ...]}``."""
     tags: dict[str, list[str]] = {}
     for (distribution, release), pick in choice.CHOICES.items():
         tags.setdefault("cp" + pick.version.replace(".", ""), []).append(f"{distribution} {release}")
@@ -40,10 +40,10 @@ def missing_wheels(releases: dict[str, dict[str, str]], known: dict[str, Any]) -
         for dist in ("torch", "torchaudio"):
             version = str(line.get(dist, ""))
             if dist == "torchaudio" and not version:
-                if torch.split("+")[0] not in not_published:
+                if torch.split("+", maxsplit=1)[0] not in not_published:
                     problems.append(
-                        f'ROCm {rocm}: torchaudio "" but torchaudio {torch.split("+")[0]} is not recorded as '
-                        f"unpublished in {KNOWN.name}"
+                        f'ROCm {rocm}: torchaudio "" but torchaudio {torch.split("+", maxsplit=1)[0]} is not '
+                        f"recorded as unpublished in {KNOWN.name}"
                     )
                 continue
             recorded = (known.get(dist) or {}).get(version) or {}
@@ -84,7 +84,8 @@ def test_every_recorded_wheel_names_its_source() -> None:
         (
             {"torch": "2.11.0+rocm7.2", "torchaudio": "2.11.0+rocm7.2"},
             [
-                "ROCm 7.2: torch-2.11.0+rocm7.2-cp311 (Ubuntu jammy, Debian bookworm) is not in rocm-torch-wheels.yml",
+                "ROCm 7.2: torch-2.11.0+rocm7.2-cp311 (Ubuntu jammy, Debian bookworm) is not in "
+                "rocm-torch-wheels.yml",
                 "ROCm 7.2: torchaudio-2.11.0+rocm7.2-cp311 (Ubuntu jammy, Debian bookworm) is not in "
                 "rocm-torch-wheels.yml",
             ],
@@ -93,7 +94,8 @@ def test_every_recorded_wheel_names_its_source() -> None:
         (
             {"torch": "2.11.0+rocm7.2", "torchaudio": ""},
             [
-                "ROCm 7.2: torch-2.11.0+rocm7.2-cp311 (Ubuntu jammy, Debian bookworm) is not in rocm-torch-wheels.yml",
+                "ROCm 7.2: torch-2.11.0+rocm7.2-cp311 (Ubuntu jammy, Debian bookworm) is not in "
+                "rocm-torch-wheels.yml",
                 'ROCm 7.2: torchaudio "" but torchaudio 2.11.0 is not recorded as unpublished in '
                 "rocm-torch-wheels.yml",
             ],

@@ -42,11 +42,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--facts", type=Path, help="JSON with gpus_per_node, gpu_mem_gib, host_mem_gib (from preflight)"
     )
-    p.add_argument("--nodes", type=int, help="nodes (default: the job's hosts, resolved through the inventory)")
+    p.add_argument(
+        "--nodes", type=int, help="nodes (default: the job's hosts, resolved through the inventory)"
+    )
     p.add_argument(
         "--gpus-per-node",
         type=int,
-        help="GPUs per node (default: job's nproc_per_node, --facts, the nodes' provisioned facts, inventory, preset)",
+        help="GPUs per node (default: job's nproc_per_node, --facts, the nodes' provisioned facts, "
+        "inventory, preset)",
     )
     p.add_argument("--gpu-mem-gib", type=float, help="usable memory per GPU in GiB")
     p.add_argument("--host-mem-gib", type=float, help="RAM per host in GiB")
@@ -63,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "-i",
         "--inventory",
         type=Path,
-        help="Ansible inventory: resolves the job's hosts: groups, and --probe runs there (default: ansible.cfg's)",
+        help="Ansible inventory: resolves the job's hosts: groups, and --probe runs there "
+        "(default: ansible.cfg's)",
     )
     p.add_argument("--probe-candidates", type=int, default=None, help="candidates to probe (default: 3)")
     p.add_argument("--probe-steps", type=int, default=None, help="optimizer steps per candidate (default: 4)")
@@ -138,7 +142,7 @@ def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> 
 
 
 def run(args: argparse.Namespace) -> ExitCode:
-    """Print the plan `run` would apply; exit 2 when it does not fit. The job is read by the engine's one loader.
+    """Print the plan `run` would apply; exit 2 when it does not fit. The job is read by the engine's loader.
 
     Text: the inputs (model, the cluster and where each value came from, the DeepSpeed choice in one line),
     the per-strategy memory table at the YAML's own split, then the whole training plan

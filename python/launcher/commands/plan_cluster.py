@@ -1,5 +1,5 @@
-"""The cluster ``plan`` plans for: the nodes ``run`` would use and what is known of their GPUs, each value with
-where it came from.
+"""The cluster ``plan`` plans for: the nodes ``run`` would use and what is known of their GPUs, each value
+with where it came from.
 
 Nodes: the job's host list, or its ``hosts:`` groups and hosts resolved through the inventory (``-i``, else
 ansible.cfg's, as ``run``). GPUs per node and memory per GPU, first found of: the flags, the job spec's
@@ -117,7 +117,7 @@ def held_gpus(hosts: tuple[str, ...], answers: Mapping[str, Mapping[str, Any]]) 
     return (min(counts), min(sizes)) if counts else None
 
 
-def plan_cluster(  # noqa: PLR0913 - the flags of `plan`, each a keyword
+def plan_cluster(
     *,
     hosts: str | list[str],
     inventory: Path | None,
@@ -132,7 +132,7 @@ def plan_cluster(  # noqa: PLR0913 - the flags of `plan`, each a keyword
     answers: Mapping[str, Mapping[str, Any]] | None = None,
     answers_path: str = "",
 ) -> PlannedCluster:
-    """Combine the flags, the job spec, the facts file, the held torch answers, the inventory and the preset."""
+    """Combine flags, job spec, facts file, held torch answers, inventory and preset (module docstring)."""
     from launcher.planning.memory import Cluster  # noqa: PLC0415
 
     nodes = Nodes((), "--nodes") if nodes_flag else resolve_nodes(hosts, inventory)
@@ -142,44 +142,42 @@ def plan_cluster(  # noqa: PLR0913 - the flags of `plan`, each a keyword
     held_says = f"provisioned: the torch answers of {count} node(s) held in {answers_path}"
     inv_count = _inventory_gpus(inventory) if not nodes_flag else None
 
-    gpus: tuple[int, str]
-    if gpus_flag:
-        gpus = (gpus_flag, "--gpus-per-node")
-    elif nproc_per_node:
-        gpus = (nproc_per_node, "the job spec's nproc_per_node")
-    elif facts_file.get("gpus_per_node"):
-        gpus = (int(facts_file["gpus_per_node"]), "--facts")
-    elif held is not None:
-        gpus = (held[0], held_says)
-    elif inv_count is not None:
-        gpus = (inv_count, "the inventory's gpu_verify_expected_count")
-    else:
-        gpus = (preset.gpus, f"{preset_says}: no provisioned facts held for these nodes")
-
-    mem: tuple[float, str]
-    if gpu_mem_flag:
-        mem = (gpu_mem_flag, "--gpu-mem-gib")
-    elif facts_file.get("gpu_mem_gib"):
-        mem = (float(facts_file["gpu_mem_gib"]), "--facts")
-    elif held is not None:
-        mem = (held[1], held_says)
-    else:
-        mem = (preset.gpu_mem_gib, preset_says)
-
-    host: tuple[float, str]
-    if host_mem_flag:
-        host = (host_mem_flag, "--host-mem-gib")
-    elif facts_file.get("host_mem_gib"):
-        host = (float(facts_file["host_mem_gib"]), "--facts")
-    else:
-        host = (preset.host_mem_gib, preset_says)
+    gpus = _first(
+        (gpus_flag, "--gpus-per-node"),
+        (nproc_per_node, "the job spec's nproc_per_node"),
+        (facts_file.get("gpus_per_node"), "--facts"),
+        (held[0] if held else None, held_says),
+        (inv_count, "the inventory's gpu_verify_expected_count"),
+        (preset.gpus, f"{preset_says}: no provisioned facts held for these nodes"),
+    )
+    mem = _first(
+        (gpu_mem_flag, "--gpu-mem-gib"),
+        (facts_file.get("gpu_mem_gib"), "--facts"),
+        (held[1] if held else None, held_says),
+        (preset.gpu_mem_gib, preset_says),
+    )
+    host = _first(
+        (host_mem_flag, "--host-mem-gib"),
+        (facts_file.get("host_mem_gib"), "--facts"),
+        (preset.host_mem_gib, preset_says),
+    )
     return PlannedCluster(
-        cluster=Cluster(nodes=count, gpus_per_node=gpus[0], gpu_mem_gib=mem[0], host_mem_gib=host[0]),
+        cluster=Cluster(
+            nodes=count, gpus_per_node=int(gpus[0]), gpu_mem_gib=float(mem[0]), host_mem_gib=float(host[0])
+        ),
         nodes=nodes,
         gpus_from=gpus[1],
         gpu_mem_from=mem[1],
         host_mem_from=host[1],
     )
+
+
+def _first(*options: tuple[object, str]) -> tuple[float, str]:
+    """The first option with a value (a positive number) and its source; the last one always has one."""
+    for value, source in options:
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value), source
+    raise AssertionError("no default")  # the preset always has one
 
 
 def _inventory_gpus(inventory: Path | None) -> int | None:

@@ -66,7 +66,11 @@ def deepspeed_line(job: LoadedJob) -> tuple[str, str]:
             line += f", replacing the training YAML's deepspeed: {yaml_ds}"
         return shown(job.deepspeed.path), line
     if job.deepspeed is not None:
-        label = shown(job.deepspeed.path) if job.deepspeed.label == str(job.deepspeed.path) else job.deepspeed.label
+        label = (
+            shown(job.deepspeed.path)
+            if job.deepspeed.label == str(job.deepspeed.path)
+            else job.deepspeed.label
+        )
         return label, f"DeepSpeed: {label} (the training YAML's deepspeed)"
     return "none", "DeepSpeed: none (neither the job spec nor the training YAML names one): plain DDP"
 
@@ -103,7 +107,8 @@ def applied_of(job: LoadedJob, plan: TrainingPlan, training: TrainingPlan) -> Ap
         limit = cap if gpu else plan.cluster.host_mem_gib
         text = (
             f"{where}: it does not fit: {need:.1f} GiB per {'GPU' if gpu else 'host'} "
-            f"(+{plan.margin:.0%} margin) of {limit:.1f}; pin a strategy that fits (the table) or deepspeed: auto."
+            f"(+{plan.margin:.0%} margin) of {limit:.1f}; pin a strategy that fits (the table) or "
+            "deepspeed: auto."
         )
     return Applied(mode, ds, line, strategy, row.fits, text)
 
@@ -130,8 +135,9 @@ def render_plan(
             "re-splits the global batch as below.)",
         )
         how = f"the job spec says plan: {spec.plan}: " + (
-            "`run` applies this choice" if spec.plan == "auto" else "`run` probes first and applies its pick"
+            "the decision below" if spec.plan == "auto" else "`run` probes the best candidates first"
         )
         whole = render_training(training, verb=RUN_APPLIES)
     head, _, rest = strategies.partition("\n\n")
-    return f"{head}\n{planned.line()}\n{applied.deepspeed_line}\n\n{rest}\n\nWhole training plan ({how})\n{whole}"
+    inputs = f"{head}\n{planned.line()}\n{applied.deepspeed_line}"
+    return f"{inputs}\n\n{rest}\n\nWhole training plan ({how})\n{whole}"

@@ -80,9 +80,7 @@ def render_training(
     rows = [list(TRAINING_COLUMNS)]
     for c in shown:
         fit = "yes" if c.fits else ("no (GPU)" if not c.fits_gpu else "no (host)")
-        marks = (mark if c is choice else "") + (
-            " (YAML's split)" if c.split == plan.as_written else ""
-        )
+        marks = (mark if c is choice else "") + (" (YAML's split)" if c.split == plan.as_written else "")
         rows.append(
             [
                 c.strategy.label,

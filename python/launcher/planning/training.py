@@ -163,8 +163,10 @@ class TrainingPlan:
         return deepspeed_config(choice.strategy) if choice else None
 
     def reason(self, verb: str = "Chose") -> str:
-        """Return one paragraph: what won and why, vs the YAML's split and the faster misfits. ``verb`` starts
-        the sentence naming the choice (``plan`` says "plan: auto would choose" where `run` does not apply it)."""
+        """Return one paragraph: what won and why, vs the YAML's split and the faster misfits.
+
+        ``verb`` starts the sentence naming the choice (``plan``: "plan: auto would choose" where `run` does
+        not apply it)."""
         if self.fixed_split:
             return self._strategy_reason(verb)
         cap = self.cluster.gpu_mem_gib
