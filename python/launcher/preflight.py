@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.exceptions import ConfigurationError, JobFailedError
 from launcher.nodeenv import mi300x_env, provisioned_env, resolve_nproc
 from launcher.problems import Problem
+from launcher.tokenizer_check import tokenizer_refusal
 from launcher.torch_answers import TorchAnswers
 from launcher.torchinfo import cuda_hosts, cuda_note, torch_gpu_mem_gib, torch_stack
 
@@ -68,10 +69,16 @@ class NodePath:
     path: str
     files: tuple[tuple[str, ...], ...] = ()
     datasets: tuple[str, ...] = ()
+    # the model folder only: the training YAML's trust_remote_code (the probe loads its tokenizer so)
+    trust_remote_code: bool = False
 
     def as_extravar(self) -> dict[str, Any]:
         """Return the requirement as the probe reads it (``--require``)."""
-        return {k: [list(g) for g in v] if k == "files" else v for k, v in asdict(self).items()}
+        return {
+            k: [list(g) for g in v] if k == "files" else v
+            for k, v in asdict(self).items()
+            if k != "trust_remote_code"
+        }
 
 
 def _is_local_path(value: str) -> bool:
@@ -101,7 +108,8 @@ def node_paths(
     out = []
     model = train.get("model_name_or_path")
     if isinstance(model, str) and _is_local_path(model):
-        out.append(NodePath("model_name_or_path", model, MODEL_FILES))
+        trust = train.get("trust_remote_code") is True
+        out.append(NodePath("model_name_or_path", model, MODEL_FILES, trust_remote_code=trust))
     adapters = train.get("adapter_name_or_path")
     for adapter in _names(adapters) if isinstance(adapters, str) else ():
         if _is_local_path(adapter):
@@ -275,6 +283,9 @@ def run_preflight(
         extravars["mift_require"] = [r.as_extravar() for r in requires]
     if probe_args:
         extravars["mift_probe_extra_args"] = list(probe_args)
+    model = next((r for r in requires if r.what == "model_name_or_path"), None)
+    if model is not None:  # a local model folder the job does not stage: its tokenizer, on the first node
+        extravars["mift_tokenizer"] = {"path": model.path, "trust_remote_code": model.trust_remote_code}
     torch_answers = TorchAnswers()  # torch is asked again only where what it depends on changed
     extravars["mift_torch_known"] = torch_answers.known()
     result = runner.run("preflight", extravars)
@@ -378,6 +389,13 @@ def _refuse_missing(facts: NodeFacts) -> None:
         raise ConfigurationError(f"{line}; nothing was started", problems=missing)
 
 
+def _refuse_tokenizer(facts: NodeFacts) -> None:
+    """The job's tokenizer did not load on the first node (launcher/tokenizer_check.py): one line."""
+    refusal = tokenizer_refusal(facts.master, facts.probe[facts.master].get("tokenizer"))
+    if refusal is not None:
+        raise ConfigurationError(refusal)
+
+
 def _check(facts: NodeFacts, spec: JobSpec) -> None:
     for host in facts.hosts:
         probe = facts.probe[host]
@@ -410,6 +428,7 @@ def _check(facts: NodeFacts, spec: JobSpec) -> None:
                 "of hosts"
             )
     _refuse_missing(facts)
+    _refuse_tokenizer(facts)
     for host in facts.hosts:
         probe = facts.probe[host]
         free = int(probe.get("free_bytes") or 0)

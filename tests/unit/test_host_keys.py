@@ -1,8 +1,8 @@
 """Host keys are checked on real inventories; only the test rig's inventories turn the check off.
 
 ansible.cfg leaves Ansible's host_key_checking on; inventory/example's ssh arguments say StrictHostKeyChecking
-accept-new with a known_hosts file next to the inventory, templated by Ansible itself here (the debug module runs
-on the controller: no node is contacted); the launcher's staging reaches a node with those same arguments
+accept-new with a known_hosts file next to the inventory, templated by Ansible itself here (the debug module
+runs on the controller: no node is contacted); the launcher's staging reaches a node with those same arguments
 (launcher.staging.ssh_argv), and ``ssh -G`` (the client's effective configuration, no connection) shows what
 ssh will do with them.
 """
