@@ -77,6 +77,14 @@ def _cluster(**kwargs: object):
     return plan_cluster(**{**defaults, **kwargs})  # type: ignore[arg-type]
 
 
+def test_without_an_inventory_one_node_is_planned_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an installed launcher (no checkout, no ansible.cfg inventory) and no -i
+    monkeypatch.setattr("launcher.commands.plan_cluster.default_inventory", lambda: None)
+    planned = _cluster(inventory=None)
+    assert planned.cluster.nodes == 1
+    assert planned.nodes.source == "hosts: trainers not resolved: no inventory, name one with -i; planned as 1"
+
+
 def test_provisioned_facts_win_over_the_preset_when_every_node_has_them() -> None:
     answers = {"mi300x-node01": _answer(8, 191.98), "mi300x-node02": _answer(4, 191.98)}
     planned = _cluster(answers=answers, answers_path="/c/torch-probe.json")

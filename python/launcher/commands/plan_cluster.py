@@ -69,8 +69,8 @@ def resolve_nodes(hosts: str | list[str], inventory: Path | None) -> Nodes:
     if isinstance(hosts, list):
         return Nodes(tuple(hosts), "the job spec's host list")
     inv = inventory or default_inventory()
-    if inv is None:
-        raise ConfigurationError(f"hosts: {hosts}: no inventory to resolve it: name one with -i")
+    if inv is None:  # an installed launcher without -i: planned as one node, and said so
+        return Nodes((), f"hosts: {hosts} not resolved: no inventory, name one with -i; planned as 1")
     if not inv.exists():
         raise ConfigurationError(f"{inv}: inventory not found")
     data = inventory_list(inv)
@@ -136,7 +136,7 @@ def plan_cluster(
     from launcher.planning.memory import Cluster  # noqa: PLC0415
 
     nodes = Nodes((), "--nodes") if nodes_flag else resolve_nodes(hosts, inventory)
-    count = nodes_flag or len(nodes.hosts)
+    count = nodes_flag or len(nodes.hosts) or 1
     preset_says = f"preset {preset_name}"
     held = held_gpus(nodes.hosts, answers or {}) if nodes.hosts else None
     held_says = f"provisioned: the torch answers of {count} node(s) held in {answers_path}"
