@@ -82,7 +82,9 @@ def test_without_an_inventory_one_node_is_planned_and_said(monkeypatch: pytest.M
     monkeypatch.setattr("launcher.commands.plan_cluster.default_inventory", lambda: None)
     planned = _cluster(inventory=None)
     assert planned.cluster.nodes == 1
-    assert planned.nodes.source == "hosts: trainers not resolved: no inventory, name one with -i; planned as 1"
+    assert (
+        planned.nodes.source == "hosts: trainers not resolved: no inventory, name one with -i; planned as 1"
+    )
 
 
 def test_provisioned_facts_win_over_the_preset_when_every_node_has_them() -> None:
