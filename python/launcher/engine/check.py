@@ -8,9 +8,13 @@
    and copy bandwidth of every GPU against floors and against the node's best GPU; nothing left allocated).
    A node whose torch is a CPU build (the script's answer, not preflight's: torch is asked there only when
    needed) gets a note, not a pass.
-4. Across nodes: the all-reduce bandwidth of every pair and the ring (``playbooks/check_allreduce.yml``,
-   gloo over the derived ``GLOO_SOCKET_IFNAME``), judged by :func:`launcher.fabric.links.judge`; served from
-   the cache of this boot and node set unless ``fresh``.
+4. The fabric (:mod:`launcher.engine.check_fabric` chooses): on GPU nodes the GPU all-reduce (NCCL/RCCL
+through
+   torch.distributed, inside each node and across nodes, a sweep of sizes; ``all_reduce_perf`` and
+   ``ib_write_bw`` beside it where the nodes have them), else the all-reduce over TCP (gloo over the derived
+   ``GLOO_SOCKET_IFNAME``), both in the rounds of :mod:`launcher.fabric.schedule` (``playbooks/
+   check_allreduce.yml``), judged by :func:`launcher.fabric.links.judge`; served from the cache of this boot
+   and node set unless ``fresh``. Only the GPU figures are ever the planner's.
 
 Prints the node table, the table of links, one ``bad:`` line per bad node or link, then one summary line with
 the time taken. Exit code: 0 when nothing is bad, 1 otherwise (2: bad input).
@@ -25,9 +29,10 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from launcher.engine import check_fabric
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
-from launcher.fabric import links
+from launcher.fabric import links, schedule
 from launcher.fabric.accept import accept_nodes
 from launcher.nodelayout import layout
 
@@ -127,8 +132,8 @@ def measure_links(
     *,
     size_mb: float,
 ) -> list[links.LinkResult]:
-    """Run the all-reduce rounds on the nodes; return one result per round."""
-    planned = links.rounds(facts.hosts, spec.master_port + PORT_OFFSET)
+    """Run the all-reduce rounds on the nodes (TCP, gloo); return one result per group."""
+    planned = schedule.planned_rounds(facts.hosts, spec.master_port + PORT_OFFSET)
     pythons = _pythons(spec, facts)
     result = runner.run(
         "check_allreduce",
@@ -145,7 +150,7 @@ def measure_links(
                 "timeout_s": links.ROUND_TIMEOUT_S,
             },
         },
-        timeout=links.ROUND_TIMEOUT_S * (len(planned) + 1),
+        timeout=links.ROUND_TIMEOUT_S * (schedule.round_count(planned) + 1),
     )
     if result.failures and not result.reports:
         host, line = next(iter(result.failures.items()))
@@ -174,11 +179,65 @@ def _links(
         how = f"links served from the cache ({links.cache_dir() / str(key)}.json, measured {age:.0f} s ago)"
     else:
         results = measure_links(runner, spec, facts, envs, size_mb=size_mb)
-        how = f"links measured in {time.monotonic() - t_links:.1f} s"
+        rounds = schedule.round_count(schedule.planned_rounds(facts.hosts, 0))
+        how = f"links (TCP) measured in {time.monotonic() - t_links:.1f} s ({rounds} rounds)"
     verdict = links.judge(results, min_gbs=min_gbs)
     if record is None and key is not None:
         links.save(key, facts.hosts, verdict, nproc_per_node=facts.nproc_per_node)
     return links.table(verdict), list(verdict.bad), how
+
+
+def _fabric(
+    runner: PlaybookRunner,
+    spec: JobSpec,
+    facts: NodeFacts,
+    envs: dict[str, dict[str, str]],
+    answers: dict[str, dict[str, Any]] | None,
+    *,
+    bad: list[str],
+    notes: list[str],
+    out: IO[str],
+    options: dict[str, Any],
+) -> str:
+    """Measure the fabric (GPU or TCP, :func:`launcher.engine.check_fabric.choose`), print its lines, add its
+    bad lines and notes; return where its figures came from."""
+    transport, why = check_fabric.choose(str(options["fabric"]), answers, facts.hosts)
+    print(f"\nfabric: {transport.upper()} ({why})", file=out)
+    if transport == "gpu":
+        lines, link_bad, fabric_notes, how = check_fabric.gpu_links(
+            runner,
+            spec,
+            facts,
+            envs,
+            _pythons(spec, facts),
+            base_port=spec.master_port + PORT_OFFSET,
+            fresh=bool(options["fresh"]),
+            min_gbs=float(options["min_gbs"]),
+            max_mib=int(options["max_mib"]),
+        )
+        notes.extend(fabric_notes)
+    elif len(facts.hosts) > 1:
+        size_mb = float(options["size_mb"])
+        lines, link_bad, how = _links(
+            runner,
+            spec,
+            facts,
+            envs,
+            fresh=bool(options["fresh"]),
+            min_gbs=float(options["min_gbs"]),
+            size_mb=size_mb,
+        )
+        lines = [
+            f"links: TCP (gloo on the CPU, {size_mb:g} MiB): the management path, not the GPU fabric; never "
+            "the planner's figure",
+            *lines,
+        ]
+    else:
+        return "one node: no links"
+    for line in lines:
+        print(line, file=out)
+    bad.extend(link_bad)
+    return how
 
 
 def run_check(
@@ -192,6 +251,8 @@ def run_check(
     gpu_test: bool = True,
     gpu_min_tflops: float = 0.0,
     gpu_min_membw_gbs: float = 0.0,
+    fabric: str = "auto",
+    gpu_max_mib: int = 1024,
     out: IO[str] | None = None,
 ) -> ExitCode:
     """Check the job's nodes and links; print the tables and one line per bad node or link."""
@@ -233,6 +294,7 @@ def run_check(
     accepted = accept_nodes(facts.hosts, facts.train_address, facts.probe, releases)
     bad = list(accepted.bad)
     gpu_notes: list[str] = []
+    answers: dict[str, dict[str, Any]] | None = None
     if gpu_test:
         answers = measure_gpus(
             runner,
@@ -253,15 +315,23 @@ def run_check(
             for line in gpu_lines:
                 print(line, file=out)
             bad.extend(gpu_bad)
-    how = "one node: no links"
-    if len(facts.hosts) > 1:
-        lines, link_bad, how = _links(
-            runner, spec, facts, envs, fresh=fresh, min_gbs=min_gbs, size_mb=size_mb
-        )
-        print("", file=out)
-        for line in lines:
-            print(line, file=out)
-        bad.extend(link_bad)
+    how = _fabric(
+        runner,
+        spec,
+        facts,
+        envs,
+        answers,
+        bad=bad,
+        notes=gpu_notes,
+        out=out,
+        options={
+            "fabric": fabric,
+            "fresh": fresh,
+            "min_gbs": min_gbs,
+            "size_mb": size_mb,
+            "max_mib": gpu_max_mib,
+        },
+    )
     for note in [*facts.notes, *accepted.notes, *gpu_notes]:
         print(f"note: {note}", file=out)
     for warning in facts.warnings:
