@@ -1,10 +1,10 @@
 """The planner reading what ``launcher check`` measured on this machine (bench/gpu/fabric_check.sh, #42).
 
 Builds the node facts preflight gives ``plan: auto`` for ``inventory/gpu-local`` (the host, its
-``train_address``, this boot's ``boot_id``: the cache key), prints the GPU record's figures as the planner reads
-them (:func:`launcher.fabric.gpulinks.intra_node`, ``inter_node``), then the accelerator and the notes that
-:func:`launcher.engine.split.measured_links` gives at this machine's GPU count, and again as if the node had 8
-GPUs (the record measured one: the planner must fall back to the preset and say why).
+``train_address``, this boot's ``boot_id``: the cache key), prints the GPU record's figures as the planner
+reads them (:func:`launcher.fabric.gpulinks.intra_node`, ``inter_node``), then the accelerator and the notes
+that :func:`launcher.engine.split.measured_links` gives at this machine's GPU count, and again as if the node
+had 8 GPUs (the record measured one: the planner must fall back to the preset and say why).
 """
 
 from __future__ import annotations
