@@ -1,6 +1,7 @@
 """Defects once found in run, validate and plan: one test each, in-process through ``launcher.main.cli``.
 
-``run`` is driven against ``NodesDouble``, a test double of ``launcher.runner.PlaybookRunner`` (this machine
+``run`` is driven against ``NodesDouble``, a test double of ``launcher.backends.runner.PlaybookRunner`` (this
+machine
 has no nodes for these tests): it answers the preflight and launch playbooks as two healthy CPU nodes would
 and keeps the bundle each node would have received. ``RefusingRunner`` fails the test if anything constructs
 it: bad input must be refused before a runner exists.
@@ -21,15 +22,20 @@ import pytest
 import yaml
 from poll_stream_double import PollStreamDouble
 
+from launcher.backends.runner import PlaybookResult
 from launcher.main import cli
-from launcher.repo import PLAYBOOK_DIR
-from launcher.runner import PlaybookResult
+from launcher.spec.repo import PLAYBOOK_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ("host1", "host2")
 # where the PlaybookRunner class is looked up (today's engine and the one before it, which imported it by
 # name)
-RUNNER_HOMES = ("launcher.runner", "launcher.commands.run", "launcher.job", "launcher.engine.steps")
+RUNNER_HOMES = (
+    "launcher.backends.runner",
+    "launcher.commands.run",
+    "launcher.engine.job",
+    "launcher.engine.steps",
+)
 
 
 def _facts(host: str) -> dict[str, Any]:

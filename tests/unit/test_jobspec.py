@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import is_secret, load_job_spec, mask_env, parse_job_spec
+from launcher.spec.jobspec import is_secret, load_job_spec, mask_env, parse_job_spec
 from launcher.validation.job import load_job
 
 REPO = Path(__file__).parents[2]

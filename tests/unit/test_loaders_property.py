@@ -44,7 +44,12 @@ class RefusingRunner:
 
 @pytest.fixture(autouse=True)
 def _no_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("launcher.runner", "launcher.engine.steps", "launcher.commands.run", "launcher.job"):
+    for name in (
+        "launcher.backends.runner",
+        "launcher.engine.steps",
+        "launcher.commands.run",
+        "launcher.engine.job",
+    ):
         try:
             module = importlib.import_module(name)
         except ImportError:  # the engine before this one had no launcher.engine

@@ -23,7 +23,6 @@ from launcher.engine.probe import LauncherProber
 from launcher.engine.split import auto_plan, record_of, summary_line
 from launcher.engine.steps import validate
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import load_job_spec_bytes
 from launcher.planning.calibration import H200_CLUSTER, SHAPE_3B, SHAPE_8B
 from launcher.planning.candidate import Candidate, ProbeMeasure
 from launcher.planning.hardware import H200, MI300X
@@ -37,6 +36,7 @@ from launcher.planning.probe import (
 )
 from launcher.planning.report import render_training
 from launcher.planning.training import TrainingPlan, plan_training
+from launcher.spec.jobspec import load_job_spec_bytes
 from launcher.validation.job import load_job
 
 if TYPE_CHECKING:
@@ -304,8 +304,8 @@ def test_plan_command_probe_prints_the_probe_and_json_carries_it(tmp_path: Path,
 def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
     """Preflight runs once for the probe: later candidates on the same node reuse its facts, as copies."""
     import launcher.engine.steps as steps  # noqa: PLC0415
-    from launcher.preflight import PreflightOnce, facts_of_host  # noqa: PLC0415
-    from launcher.runs import exit_code_of  # noqa: PLC0415
+    from launcher.preflight.checks import PreflightOnce, facts_of_host  # noqa: PLC0415
+    from launcher.rundir.runs import exit_code_of  # noqa: PLC0415
 
     job_path = _job(tmp_path, "deepspeed: none\n")
     preflights: list[str] = []

@@ -19,12 +19,12 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import IO, Self
 
+    from launcher.backends.runner import PlaybookResult, PlaybookRunner
     from launcher.engine.plan import RunPlan
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodeFacts, NodePath
-    from launcher.runner import PlaybookResult, PlaybookRunner
-    from launcher.runs import RunDir
-    from launcher.verdict import Verdict
+    from launcher.follow.verdict import Verdict
+    from launcher.preflight.checks import NodeFacts, NodePath
+    from launcher.rundir.runs import RunDir
+    from launcher.spec.jobspec import JobSpec
 
 # the run record's key holding the backend's handle (``kind`` and the handle's fields)
 HANDLE_KEY = "handle"
@@ -49,7 +49,8 @@ class Handle:
 
 
 class RunNodes(Protocol):
-    """A started run's nodes as a backend reaches them (:class:`launcher.job.Job`, built from the record)."""
+    """A started run's nodes as a backend reaches them (:class:`launcher.engine.job.Job`, built from the
+    record)."""
 
     @property
     def run(self) -> RunDir:
@@ -114,7 +115,8 @@ class PollEach:
 
 
 class Preflight(Protocol):
-    """:func:`launcher.preflight.run_preflight`, as the engine hands it to :meth:`Backend.preflight`."""
+    """:func:`launcher.preflight.checks.run_preflight`, as the engine hands it to
+    :meth:`Backend.preflight`."""
 
     def __call__(
         self,

@@ -37,9 +37,9 @@ from launcher.backends.slurm_script import (
 )
 from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
-from launcher.inventory import group_members, inventory_var
-from launcher.nodelayout import layout
-from launcher.verdict import Verdict, first_cause
+from launcher.follow.verdict import Verdict, first_cause
+from launcher.spec.inventory import group_members, inventory_var
+from launcher.spec.nodelayout import layout
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -47,11 +47,11 @@ if TYPE_CHECKING:
     from typing import IO
 
     from launcher.backends.base import Preflight, RunNodes
+    from launcher.backends.runner import PlaybookResult, PlaybookRunner
     from launcher.engine.plan import RunPlan
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodeFacts, NodePath
-    from launcher.runner import PlaybookResult, PlaybookRunner
-    from launcher.runs import RunDir
+    from launcher.preflight.checks import NodeFacts, NodePath
+    from launcher.rundir.runs import RunDir
+    from launcher.spec.jobspec import JobSpec
 
 # the inventory variable naming the host where sbatch, scontrol and scancel run, else the first host of:
 LOGIN_VAR = "mift_slurm_login_host"

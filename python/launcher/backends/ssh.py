@@ -16,12 +16,12 @@ if TYPE_CHECKING:
     from typing import IO
 
     from launcher.backends.base import Preflight, RunNodes
+    from launcher.backends.runner import PlaybookResult, PlaybookRunner
     from launcher.engine.plan import RunPlan
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodeFacts, NodePath
-    from launcher.runner import PlaybookResult, PlaybookRunner
-    from launcher.runs import RunDir
-    from launcher.verdict import Verdict
+    from launcher.follow.verdict import Verdict
+    from launcher.preflight.checks import NodeFacts, NodePath
+    from launcher.rundir.runs import RunDir
+    from launcher.spec.jobspec import JobSpec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _facts(path: Path | None) -> dict[str, Any]:
-    from launcher.config_io import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
+    from launcher.spec.config_io import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
 
     if path is None:
         return {}
@@ -106,8 +106,8 @@ def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> 
     """Run the probe on the job's first node; progress goes to stderr (stdout keeps the table or JSON)."""
     from launcher.engine.probe import LauncherProber, probe_workdir  # noqa: PLC0415
     from launcher.engine.steps import run_job  # noqa: PLC0415
-    from launcher.inventory import first_host  # noqa: PLC0415
     from launcher.planning import probe  # noqa: PLC0415
+    from launcher.spec.inventory import first_host  # noqa: PLC0415
 
     count = args.probe_candidates or probe.DEFAULT_CANDIDATES
     steps = args.probe_steps or probe.DEFAULT_STEPS

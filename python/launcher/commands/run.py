@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.runs import exit_code_of
+from launcher.rundir.runs import exit_code_of
 
 if TYPE_CHECKING:
     import argparse
@@ -61,7 +61,7 @@ def _resume_source(ref: str, inventory: Path | None) -> tuple[Path, Path | None,
     """Return the job spec, inventory and output_dir of the run ``ref`` to resume."""
     from launcher.engine.plan import ResumeFrom  # noqa: PLC0415
     from launcher.exceptions import ConfigurationError  # noqa: PLC0415
-    from launcher.runs import find_run  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     old = find_run(ref)
     record = old.record()

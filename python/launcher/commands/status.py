@@ -33,9 +33,9 @@ def show_status(ref: str | None) -> ExitCode:
     """Print a run's status; poll and, when nobody follows it, finish an active run (the engine's finish
     step)."""
     from launcher.engine.finish import finish  # noqa: PLC0415
-    from launcher.job import Job, is_final, launcher_alive  # noqa: PLC0415
-    from launcher.report import status_lines  # noqa: PLC0415
-    from launcher.runs import find_run  # noqa: PLC0415
+    from launcher.engine.job import Job, is_final, launcher_alive  # noqa: PLC0415
+    from launcher.rundir.report import status_lines  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
     record = run.record()

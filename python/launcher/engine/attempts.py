@@ -1,6 +1,7 @@
 """The attempts of a run, kept in its record (``attempts``): one entry per start of the trainers.
 
-A run that recovers from a failure (``launcher.recovery``) starts its trainers again in the same node run
+A run that recovers from a failure (``launcher.follow.recovery``) starts its trainers again in the same node
+run
 directories, from the last checkpoint complete on every node; each start is an attempt with its nodes, the
 step it resumed from, its start and end times, how it ended, the failure kind and the recovery decision.
 """
@@ -13,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from launcher.engine.plan import RunPlan
+    from launcher.follow.recovery import Decision, Failure
     from launcher.planning.training import TrainingPlan
-    from launcher.recovery import Decision, Failure
-    from launcher.runs import RunDir
+    from launcher.rundir.runs import RunDir
 
 _CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)/?$")
 

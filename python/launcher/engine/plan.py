@@ -17,22 +17,22 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from launcher.config_io import parse_config
 from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
-from launcher.nodeenv import render_node_env
-from launcher.nodelayout import layout
+from launcher.follow.watchdog import with_flight_recorder
+from launcher.preflight.nodeenv import render_node_env
 from launcher.problems import ConfigKind, FileReport
-from launcher.watchdog import with_flight_recorder
+from launcher.spec.config_io import parse_config
+from launcher.spec.nodelayout import layout
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from launcher.fabric.env import FabricPlan
     from launcher.fabric.runtime import TransportCheck
-    from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
-    from launcher.preflight import NodeFacts
+    from launcher.preflight.checks import NodeFacts
+    from launcher.spec.jobspec import JobSpec
     from launcher.validation.job import LoadedJob
 
 TRAIN_FILE = "train.yaml"

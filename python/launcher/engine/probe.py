@@ -29,16 +29,16 @@ import yaml
 
 from launcher.exceptions import LauncherError
 from launcher.exit_codes import OK
-from launcher.metrics import read_jsonl
 from launcher.planning.candidate import ProbeMeasure
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.probe import steady_tokens_per_s
-from launcher.preflight import PreflightOnce
-from launcher.runs import RunRecord, exit_code_of, runs_root
+from launcher.preflight.checks import PreflightOnce
+from launcher.rundir.metrics import read_jsonl
+from launcher.rundir.runs import RunRecord, exit_code_of, runs_root
 
 if TYPE_CHECKING:
     from launcher.planning.candidate import Candidate
-    from launcher.runs import RunDir
+    from launcher.rundir.runs import RunDir
     from launcher.validation.job import LoadedJob
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-    from launcher.preflight import NodeFacts
+    from launcher.preflight.checks import NodeFacts
     from launcher.validation.job import LoadedJob
 
 PLAN_MODES = ("as_written", "auto", "probe")

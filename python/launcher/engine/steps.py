@@ -1,7 +1,8 @@
 """The run: load -> validate -> (preflight) -> plan -> ship -> follow -> finish, over one :class:`RunPlan`.
 
 Nothing reaches a node before the job spec and its configs are validated and every host is found in the
-inventory: the one ansible-runner wrapper (:class:`launcher.runner.PlaybookRunner`) is constructed only after.
+inventory: the one ansible-runner wrapper (:class:`launcher.backends.runner.PlaybookRunner`) is constructed
+only after.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
-from launcher import runner as runner_module
 from launcher.backends import backend_of, check_recovery, nodes_in_inventory, prepare
+from launcher.backends import runner as runner_module
 from launcher.backends.agent import launch_vars
 from launcher.data import mift_contract as contract
 from launcher.engine import attempts
 from launcher.engine.finish import finish
+from launcher.engine.job import Job
 from launcher.engine.plan import (
     TRAIN_FILE,
     ResumeFrom,
@@ -41,15 +43,8 @@ from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError, JobFailedError, LauncherError
 from launcher.exit_codes import OK, ExitCode
 from launcher.fabric.runtime import TransportWatch
-from launcher.follow import follow
-from launcher.inventory import check_hosts, spare_hosts
-from launcher.job import Job
-from launcher.jobspec import mask_env
-from launcher.merge import merge_after_run
-from launcher.nodeenv import masked
-from launcher.planning.training import out_of_memory_line, replan_after_oom
-from launcher.preflight import PreflightOnce, facts_of_host, node_paths, run_preflight
-from launcher.recovery import (
+from launcher.follow.live import follow
+from launcher.follow.recovery import (
     NEVER_RETRIED,
     Decision,
     Failure,
@@ -61,23 +56,29 @@ from launcher.recovery import (
     spare_candidates,
     stall_failure,
 )
-from launcher.runs import FINAL_STATES, RunDir, new_run_id
-from launcher.staging import YAML_KEYS, stage, stage_items, write_manifests
-from launcher.tokenize_once import tokenize_for_run
+from launcher.follow.verdict import Verdict
+from launcher.follow.watchdog import ProgressWatch, Schedule
+from launcher.planning.training import out_of_memory_line, replan_after_oom
+from launcher.preflight.checks import PreflightOnce, facts_of_host, node_paths, run_preflight
+from launcher.preflight.nodeenv import masked
+from launcher.rundir.runs import FINAL_STATES, RunDir, new_run_id
+from launcher.spec.inventory import check_hosts, spare_hosts
+from launcher.spec.jobspec import mask_env
+from launcher.transfer.merge import merge_after_run
+from launcher.transfer.staging import YAML_KEYS, stage, stage_items, write_manifests
+from launcher.transfer.tokenize_once import tokenize_for_run
 from launcher.validation import backends as validation_backends
 from launcher.validation.files import validate_loaded
 from launcher.validation.job import load_job
-from launcher.verdict import Verdict
-from launcher.watchdog import ProgressWatch, Schedule
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from launcher.jobspec import JobSpec
+    from launcher.backends.runner import PlaybookRunner
     from launcher.planning.training import TrainingPlan
-    from launcher.preflight import NodeFacts, NodePath
+    from launcher.preflight.checks import NodeFacts, NodePath
     from launcher.problems import FileReport
-    from launcher.runner import PlaybookRunner
+    from launcher.spec.jobspec import JobSpec
     from launcher.validation.job import LoadedJob
 
 
@@ -164,7 +165,8 @@ def run_job(
     preflight_once: PreflightOnce | None = None,
 ) -> RunDir:
     """Run a job end to end; return its run directory (its record's status says how it ended,
-    :func:`launcher.runs.exit_code_of` the exit code); bad input raises (2), as does a run rejected or failed
+    :func:`launcher.rundir.runs.exit_code_of` the exit code); bad input raises (2), as does a run rejected or
+    failed
     before its trainers started (its record says so too).
 
     ``preflight_once``: facts one preflight learnt about exactly this job's hosts, reused instead of running
@@ -564,7 +566,8 @@ def stage_for_run(
 ) -> str | None:
     """Stage the job's folders on every node (status ``staging``, progress in the record); the manifests are
     kept in the run (``staging`` in record.json, ``staging/<key>.manifest.json``). With ``plan``, then
-    tokenize once (launcher/tokenize_once.py): return the node path of the tokenized dataset, or None."""
+    tokenize once (launcher/transfer/tokenize_once.py): return the node path of the tokenized dataset, or
+    None."""
     if not job.spec.stage.items():
         return None
     run.set_status("staging")

@@ -31,8 +31,8 @@ from launcher.exceptions import ConfigurationError, JobFailedError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from launcher.jobspec import StageSource
-    from launcher.runner import PlaybookRunner
+    from launcher.backends.runner import PlaybookRunner
+    from launcher.spec.jobspec import StageSource
     from launcher.validation.job import LoadedJob
 
 PROGRESS_EVERY_S = 2.0

@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.config_io import load_yaml_text
 from launcher.exceptions import ConfigurationError
-from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, CHECKOUT
+from launcher.spec.config_io import load_yaml_text
+from launcher.spec.repo import ANSIBLE_CFG, ANSIBLE_HOME, CHECKOUT
 
 if TYPE_CHECKING:
-    from launcher.jobspec import JobSpec
+    from launcher.spec.jobspec import JobSpec
 
 # a pattern element that is a plain host or group name (not a wildcard, range, regex or exclusion)
 PLAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

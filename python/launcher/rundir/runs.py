@@ -21,11 +21,11 @@ from typing import Any
 from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
-from launcher.repo import STATE_DIR
+from launcher.spec.repo import STATE_DIR
 
 RECORD = "record.json"
 ACTIVE_STATES = ("created", "preflight", "probing", "starting", "running", "stopping", "recovering")
-# stalled: the progress watchdog saw no optimizer step within its window (launcher/watchdog.py)
+# stalled: the progress watchdog saw no optimizer step within its window (launcher/follow/watchdog.py)
 FINAL_STATES = ("succeeded", "failed", "stopped", "stalled", "rejected")
 
 
@@ -72,10 +72,12 @@ class RunRecord:
     attempts: tuple[Mapping[str, Any], ...] = ()
     result_reason: str = ""
     resumed_from: str | None = None
-    summary: Mapping[str, Any] = field(default_factory=dict)  # once the run ended (launcher.job.Job.finalize)
+    summary: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # once the run ended (launcher.engine.job.Job.finalize)
     nodes: Mapping[str, contract.NodeStatus] = field(default_factory=dict)  # the last poll (no log tail)
-    staging: Mapping[str, Any] = field(default_factory=dict)  # what staging sent (launcher.staging)
-    stall: Mapping[str, Any] | None = None  # what the progress watchdog saw (launcher.watchdog.Stall)
+    staging: Mapping[str, Any] = field(default_factory=dict)  # what staging sent (launcher.transfer.staging)
+    stall: Mapping[str, Any] | None = None  # what the progress watchdog saw (launcher.follow.watchdog.Stall)
     data: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod

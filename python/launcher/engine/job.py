@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.backends import backend_of
+from launcher.backends.runner import PlaybookResult, PlaybookRunner
 from launcher.data import mift_contract as contract
-from launcher.jobspec import Timeouts
-from launcher.metrics import Summary, read_jsonl, summarize, write_metrics
-from launcher.plot import plot_gpus, plot_loss
-from launcher.runner import PlaybookResult, PlaybookRunner
-from launcher.runs import RunDir, RunRecord
-from launcher.telemetry import after_fields, gpu_series
-from launcher.verdict import Judge, settled_notes
+from launcher.follow.telemetry import after_fields, gpu_series
+from launcher.follow.verdict import Judge, settled_notes
+from launcher.rundir.metrics import Summary, read_jsonl, summarize, write_metrics
+from launcher.rundir.plot import plot_gpus, plot_loss
+from launcher.rundir.runs import RunDir, RunRecord
+from launcher.spec.jobspec import Timeouts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

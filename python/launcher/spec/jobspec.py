@@ -15,12 +15,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from launcher import recovery
-from launcher.config_io import decode_text, load_yaml_text, read_config_bytes
 from launcher.exceptions import ConfigurationError
-from launcher.nodelayout import layout
+from launcher.follow import recovery
+from launcher.follow.watchdog import WatchdogOptions
 from launcher.problems import Problem
-from launcher.watchdog import WatchdogOptions
+from launcher.spec.config_io import decode_text, load_yaml_text, read_config_bytes
+from launcher.spec.nodelayout import layout
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -51,9 +51,10 @@ class Timeouts(_Strict):
 
 
 class RecoveryPolicy(_Strict):
-    """What the launcher does when an attempt fails while it follows the run (launcher.recovery).
+    """What the launcher does when an attempt fails while it follows the run (launcher.follow.recovery).
 
-    The defaults live in :mod:`launcher.recovery` (one place); ``max_restarts: 0`` switches recovery off.
+    The defaults live in :mod:`launcher.follow.recovery` (one place); ``max_restarts: 0`` switches recovery
+    off.
     """
 
     max_restarts: Annotated[int, Field(ge=0, le=100)] = recovery.DEFAULT_MAX_RESTARTS
@@ -64,7 +65,7 @@ class RecoveryPolicy(_Strict):
     # out of memory under plan: auto/probe: the next attempt runs the next plan that fits with a larger margin
     replan_oom: bool = recovery.DEFAULT_REPLAN_OOM
     # an inventory group (or host list) of spare nodes: one takes the place of a node a failure excludes
-    # (launcher.recovery.excluded_after); needs output_shared (docs/launcher.md "Spares")
+    # (launcher.follow.recovery.excluded_after); needs output_shared (docs/launcher.md "Spares")
     spares: str | None = None
 
     @field_validator("retry_on")
@@ -200,7 +201,7 @@ class Staging(_Strict):
     # where the nodes keep their hash cache of staged files (node path)
     node_cache: str = "/var/lib/mift/stage-hashes.json"
     # with model and dataset_dir staged: the first node tokenizes, every node gets the copy of the cache key
-    # (launcher/tokenize_once.py, docs/launcher.md "Tokenize once")
+    # (launcher/transfer/tokenize_once.py, docs/launcher.md "Tokenize once")
     tokenize_once: bool = True
 
     @model_validator(mode="after")
@@ -245,7 +246,8 @@ MERGE_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a t
 
 
 class MergeOptions(_Strict):
-    """Job spec ``merge``: merge the adapter into the base model after a successful run (launcher/merge.py,
+    """Job spec ``merge``: merge the adapter into the base model after a successful run
+    (launcher/transfer/merge.py,
     docs/launcher.md "Merge after the run"; the one place of the defaults)."""
 
     # None: merge when the job stages its model (the base is then on every node, verified) and trains LoRA
@@ -309,12 +311,12 @@ class JobSpec(_Strict):
     slurm: SlurmOptions = Field(default_factory=SlurmOptions)
     # retries of a failed attempt, from the last checkpoint complete on every node (docs/launcher.md)
     recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
-    # the progress watchdog (launcher/watchdog.py): no optimizer step within its window -> stalled
+    # the progress watchdog (launcher/follow/watchdog.py): no optimizer step within its window -> stalled
     watchdog: WatchdogOptions = Field(default_factory=WatchdogOptions)
     # the model and dataset folders every node gets, verified, before the start (docs/launcher.md "Staging")
     stage: Staging = Field(default_factory=Staging)
     fabric: FabricOptions = Field(default_factory=FabricOptions)
-    # after a successful run: merge the adapter into the base model and check it (launcher/merge.py)
+    # after a successful run: merge the adapter into the base model and check it (launcher/transfer/merge.py)
     merge: MergeOptions = Field(default_factory=MergeOptions)
 
     @field_validator("env")

@@ -16,17 +16,17 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from launcher import nodecall
 from launcher.exceptions import JobFailedError
-from launcher.nodelayout import layout
+from launcher.spec.nodelayout import layout
+from launcher.transfer import nodecall
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from launcher.backends.runner import PlaybookRunner
     from launcher.engine.plan import RunPlan
-    from launcher.jobspec import MergeOptions
-    from launcher.runner import PlaybookRunner
-    from launcher.runs import RunDir
+    from launcher.rundir.runs import RunDir
+    from launcher.spec.jobspec import MergeOptions
 
 MERGED_DIR = "merged"
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -105,7 +105,7 @@ def merge_after_run(
     """Merge and check after a successful run when the job wants it (``train``: the training YAML as shipped);
     raises JobFailedError (one line) when the merge or its check fails: the run stays succeeded, ``merge`` in
     the record says what went wrong."""
-    from launcher.staging import manifest_digest, node_connections  # noqa: PLC0415
+    from launcher.transfer.staging import manifest_digest, node_connections  # noqa: PLC0415
 
     spec = plan.spec
     options = spec.merge

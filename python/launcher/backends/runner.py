@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import ansible_runner
 
 from launcher.exceptions import ConfigurationError
-from launcher.nodelayout import layout
-from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
+from launcher.spec.nodelayout import layout
+from launcher.spec.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
