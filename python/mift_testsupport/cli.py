@@ -52,19 +52,15 @@ def _ansible_runner_must_not_be_called(*args: object, **kwargs: object) -> None:
 def runner_must_not_be_called() -> Iterator[list[str]]:
     """Replace the launcher's Ansible runner by :class:`RunnerMustNotBeCalled`; yield the list of attempts.
 
-    Every loaded ``launcher`` module that bound the real class (``from launcher.backends.runner import
-    PlaybookRunner``) gets the double too, and so do ``ansible_runner.run`` and ``run_async``.
+    The one seam where the launcher builds its runner (``launcher.backends.runner.make_runner`` builds the
+    module's ``PlaybookRunner``) gets the double, and so do ``ansible_runner.run`` and ``run_async``.
     """
     import ansible_runner  # noqa: PLC0415 - the launcher's dependency, imported with it
 
     import launcher.backends.runner  # noqa: PLC0415 - imported here so that importing this module stays cheap
 
-    real = launcher.backends.runner.PlaybookRunner
     patched: list[tuple[object, str, object]] = [
-        (mod, "PlaybookRunner", real)
-        for name, mod in list(sys.modules.items())
-        if (name == "launcher" or name.startswith("launcher."))
-        and getattr(mod, "PlaybookRunner", None) is real
+        (launcher.backends.runner, "PlaybookRunner", launcher.backends.runner.PlaybookRunner)
     ]
     patched += [(ansible_runner, n, getattr(ansible_runner, n)) for n in ("run", "run_async")]
     RunnerMustNotBeCalled.calls = []

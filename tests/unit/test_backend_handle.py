@@ -16,7 +16,7 @@ from launcher.backends.ssh import SshBackend, SshHandle
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK
 from launcher.rundir.runs import RunDir, RunRecord, exit_code_of
-from launcher.spec.jobspec import parse_job_spec
+from launcher.spec.jobspec_load import parse_job_spec
 
 SLURM_INVENTORY = (
     "all:\n  vars:\n    mift_launcher_backend: slurm\n  children:\n"

@@ -23,7 +23,7 @@ from launcher.main import cli
 from launcher.preflight.checks import MODEL_FILES, NodePath, node_paths, run_preflight
 from launcher.rundir.report import steps_text
 from launcher.rundir.runs import RunRecord
-from launcher.spec.jobspec import parse_job_spec
+from launcher.spec.jobspec_load import parse_job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "configs" / "train" / "tiny_cpu_lora_sft.yaml"

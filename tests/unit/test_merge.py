@@ -13,7 +13,8 @@ import pytest
 
 from launcher.exceptions import ConfigurationError, JobFailedError
 from launcher.rundir.runs import RunDir
-from launcher.spec.jobspec import MERGE_PROMPTS, MergeOptions, parse_job_spec
+from launcher.spec.jobspec import MERGE_PROMPTS, MergeOptions
+from launcher.spec.jobspec_load import parse_job_spec
 from launcher.transfer import nodecall
 from launcher.transfer.merge import adapter_holders, first_difference, merge_after_run, merge_request, wanted
 

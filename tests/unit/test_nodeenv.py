@@ -14,7 +14,7 @@ from launcher.engine.plan import build_plan
 from launcher.exceptions import ConfigurationError
 from launcher.preflight.checks import NodeFacts, run_preflight, stack_drift
 from launcher.preflight.nodeenv import masked, mi300x_env, provisioned_env, render_node_env, resolve_nproc
-from launcher.spec.jobspec import parse_job_spec
+from launcher.spec.jobspec_load import parse_job_spec
 from launcher.validation.job import load_job
 
 SRC = Path("/jobs/x.yaml")

@@ -22,7 +22,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.memory import Strategy
 from launcher.preflight.checks import NodeFacts
-from launcher.spec.jobspec import load_job_spec_bytes
+from launcher.spec.jobspec_load import load_job_spec_bytes
 from launcher.validation.job import load_job
 
 SHAPE_8B = {

@@ -24,7 +24,8 @@ from launcher.main import cli
 from launcher.rundir.metrics import summarize
 from launcher.rundir.report import attempt_lines
 from launcher.rundir.runs import RunRecord
-from launcher.spec.jobspec import RecoveryPolicy, parse_job_spec
+from launcher.spec.jobspec import RecoveryPolicy
+from launcher.spec.jobspec_load import parse_job_spec
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "python" / "launcher" / "data"))
 import mift_agent  # the agent is a script: importable once its folder is on the path

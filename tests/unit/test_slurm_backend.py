@@ -26,7 +26,8 @@ from launcher.backends.slurm_script import (
 )
 from launcher.exceptions import ConfigurationError
 from launcher.rundir.runs import RunDir
-from launcher.spec.jobspec import SlurmOptions, parse_job_spec
+from launcher.spec.jobspec import SlurmOptions
+from launcher.spec.jobspec_load import parse_job_spec
 from mift_testsupport.slurm import srun_task_env
 
 AGENT = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_agent.py"

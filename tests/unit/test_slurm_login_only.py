@@ -26,7 +26,8 @@ from launcher.backends.slurm_shared import (
 )
 from launcher.exceptions import ConfigurationError
 from launcher.preflight.checks import NodeFacts
-from launcher.spec.jobspec import SlurmOptions, parse_job_spec
+from launcher.spec.jobspec import SlurmOptions
+from launcher.spec.jobspec_load import parse_job_spec
 from launcher.spec.nodelayout import layout
 from mift_testsupport.slurm import NODE_SCRIPTS, srun_task_env
 

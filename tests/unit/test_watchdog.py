@@ -20,7 +20,7 @@ from launcher.follow.watchdog import (
     p95,
     with_flight_recorder,
 )
-from launcher.spec.jobspec import parse_job_spec
+from launcher.spec.jobspec_load import parse_job_spec
 
 HOSTS = ("host1", "host2")
 OPTS = WatchdogOptions(k=5, floor_s=10, first_step_s=60, save_s=40, eval_s=30)

@@ -1,4 +1,4 @@
-"""``run JOB``: the adapter of :func:`launcher.engine.steps.run_job` (validate, preflight, start, follow)."""
+"""``run JOB``: the adapter of :func:`launcher.engine.run.run_job` (validate, preflight, start, follow)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _cmd_run(args: argparse.Namespace) -> ExitCode:
-    from launcher.engine.steps import run_job  # noqa: PLC0415 - `--help` imports no engine
+    from launcher.engine.run import run_job  # noqa: PLC0415 - `--help` imports no engine
 
     if args.resume is None and args.job is None:
         args.parser.error("the following arguments are required: job")

@@ -43,7 +43,7 @@ def show_status(ref: str | None) -> ExitCode:
     if not is_final(record) and record.hosts and live:
         job = Job(run, record)
         nodes = job.poll()
-        run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
+        run.set_nodes({h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
         verdict = job.judge(nodes)
         if verdict.state != "running" and not launcher_alive(record):
             finish(job, verdict, nodes)

@@ -213,7 +213,7 @@ def run_check(
     check_hosts(spec, inv, job_path)
     run_id = time.strftime("check-%Y%m%d-%H%M%S")
     workdir = Path(tempfile.mkdtemp(prefix="mift-check-"))
-    runner = runner_module.PlaybookRunner(workdir, inventory=inv)
+    runner = runner_module.make_runner(workdir, inventory=inv)
     facts = run_preflight(runner, spec, run_id, probe_args=["--gpu-tools"] if gpu_tools else [])
     derived = fabric_of(spec, facts)
     envs = render_node_env(

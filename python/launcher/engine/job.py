@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.backends import backend_of
-from launcher.backends.runner import PlaybookResult, PlaybookRunner
+from launcher.backends.runner import PlaybookResult, make_runner
 from launcher.data import mift_contract as contract
 from launcher.follow.telemetry import after_fields, gpu_series
 from launcher.follow.verdict import Judge, settled_notes
@@ -36,7 +36,7 @@ class Job:
         inventory = self.record.inventory
         timeouts = Timeouts.model_validate(self.record.spec.get("timeouts") or {})  # the job spec's defaults
         self.stop_grace_s = timeouts.stop_grace_s
-        self.runner = PlaybookRunner(run.ansible_dir, inventory=Path(inventory) if inventory else None)
+        self.runner = make_runner(run.ansible_dir, inventory=Path(inventory) if inventory else None)
         self.node_judge = Judge(self.hosts, float(timeouts.teardown_grace_s))
         self.backend = backend_of(self.record)
         self.judge = self.backend.judge(self)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,15 @@ class RunPlan:
         """Return the job spec."""
         return self.job.spec
 
+    @functools.cached_property
+    def _train_parsed(self) -> Any:  # noqa: ANN401 - YAML
+        return yaml.safe_load(self.files[TRAIN_FILE])
+
+    @property
+    def train(self) -> Any:  # noqa: ANN401 - YAML
+        """The shipped training YAML, parsed once beside its bytes (each reader gets its own copy)."""
+        return copy.deepcopy(self._train_parsed)
+
     @property
     def hosts(self) -> list[str]:
         """Return the hosts in rank order."""
@@ -105,7 +115,7 @@ def _auto_deepspeed(
 ) -> tuple[str, dict[str, Any]]:
     """Ask the planner for a DeepSpeed config (``deepspeed: auto`` at the YAML's own split)."""
     from launcher.engine.split import cluster_of  # noqa: PLC0415 - only for deepspeed: auto
-    from launcher.planning.training import choose_deepspeed_config  # noqa: PLC0415
+    from launcher.planning.training_yaml import choose_deepspeed_config  # noqa: PLC0415
 
     cluster = cluster_of(facts)  # GPU memory: mift_gpus, else torch, else the MI300X default
     return choose_deepspeed_config(

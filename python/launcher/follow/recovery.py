@@ -3,7 +3,7 @@
 Pure decisions, no I/O: :func:`classify` turns the follow loop's verdict and the last node states into a
 :class:`Failure` of one kind; :func:`decide` says, from the job spec's ``recovery`` policy and the failures of
 the earlier attempts, whether the run is retried (and after how long) or ends, and why, in one line. The
-engine (``launcher.engine.steps``) does the stopping, waiting and resuming.
+engine (``launcher.engine.attempts``) does the stopping, waiting and resuming.
 
 Failure kinds (``FAILURE_KINDS``):
 

@@ -111,7 +111,8 @@ def status_lines(record: RunRecord, run: RunDir) -> list[str]:
 
 def staging_lines(record: RunRecord) -> list[str]:
     """The staging block of a run: progress while it stages, then what the nodes hold and what was sent."""
-    from launcher.transfer.staging import files, human, progress_line  # noqa: PLC0415
+    from launcher.transfer.manifest import files, human  # noqa: PLC0415
+    from launcher.transfer.staging import progress_line  # noqa: PLC0415
 
     staging = record.staging
     if record.status == "staging" and staging.get("progress"):

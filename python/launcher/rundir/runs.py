@@ -9,6 +9,7 @@ The run record (``record.json``) is read and written here only: :meth:`RunDir.re
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import secrets
@@ -24,9 +25,36 @@ from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.spec.repo import STATE_DIR
 
 RECORD = "record.json"
-ACTIVE_STATES = ("created", "preflight", "probing", "starting", "running", "stopping", "recovering")
-# stalled: the progress watchdog saw no optimizer step within its window (launcher/follow/watchdog.py)
-FINAL_STATES = ("succeeded", "failed", "stopped", "stalled", "rejected")
+
+
+class RunState(enum.StrEnum):
+    """A run's ``status`` in record.json: str-valued, so the record's bytes are the names themselves."""
+
+    CREATED = "created"
+    PREFLIGHT = "preflight"
+    PROBING = "probing"
+    STAGING = "staging"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    RECOVERING = "recovering"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    STALLED = "stalled"  # the progress watchdog saw no optimizer step within its window (follow/watchdog.py)
+    REJECTED = "rejected"
+
+
+ACTIVE_STATES = (
+    RunState.CREATED,
+    RunState.PREFLIGHT,
+    RunState.PROBING,
+    RunState.STARTING,
+    RunState.RUNNING,
+    RunState.STOPPING,
+    RunState.RECOVERING,
+)
+FINAL_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED, RunState.STALLED, RunState.REJECTED)
 
 
 def runs_root() -> Path:
@@ -198,6 +226,31 @@ class RunDir:
         self.save(record)
         return record
 
+    # the record's fields written from more than one place, each through its own typed method
+    def set_nodes(self, nodes: Mapping[str, Mapping[str, Any]]) -> None:
+        """Record each host's last node state (``nodes``)."""
+        self.update(nodes=dict(nodes))
+
+    def set_excluded(self, excluded: Mapping[str, str]) -> None:
+        """Record the hosts recovery took out of the run, and why (``excluded``)."""
+        self.update(excluded=dict(excluded))
+
+    def set_attempts(self, attempts: list[dict[str, Any]]) -> None:
+        """Record the run's attempts (``attempts``, engine/attempt_log.py)."""
+        self.update(attempts=attempts)
+
+    def set_slurm(self, slurm: Mapping[str, Any]) -> None:
+        """Record the Slurm job's fields (``slurm``)."""
+        self.update(slurm=dict(slurm))
+
+    def set_staging(self, staging: Mapping[str, Any]) -> None:
+        """Record staging's progress or outcome (``staging``)."""
+        self.update(staging=dict(staging))
+
+    def set_merge(self, merge: Mapping[str, Any]) -> None:
+        """Record the LoRA merge's outcome (``merge``)."""
+        self.update(merge=dict(merge))
+
     def set_status(self, status: str, note: str = "") -> dict[str, Any]:
         """Set the run status and append it to the status timeline."""
         record = self.load()
@@ -213,7 +266,7 @@ class RunDir:
 def exit_code_of(status: object) -> ExitCode:
     """Return the exit code for a run in ``status`` (the record's): 0 once it succeeded, or
     (``run --detach``) while its trainers run on; 1 when it failed, stalled, was stopped or rejected."""
-    return OK if status == "succeeded" or status not in FINAL_STATES else JOB_FAILED
+    return OK if status == RunState.SUCCEEDED or status not in FINAL_STATES else JOB_FAILED
 
 
 def list_runs() -> list[RunDir]:

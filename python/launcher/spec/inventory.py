@@ -27,6 +27,21 @@ if TYPE_CHECKING:
 # a pattern element that is a plain host or group name (not a wildcard, range, regex or exclusion)
 PLAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
+INVENTORY_NOT_FOUND = "inventory not found"  # the one wording, wherever an inventory named is missing
+
+
+def inventory_not_found(inventory: Path | str) -> ConfigurationError:
+    """The error for an inventory that was named but is not there."""
+    return ConfigurationError(f"{inventory}: {INVENTORY_NOT_FOUND}")
+
+
+def existing_inventory(inventory: Path | None) -> Path | None:
+    """The ``-i`` inventory resolved (None: the default); bad input (named, not there) raises at the file."""
+    inv = inventory.resolve() if inventory else None
+    if inv is not None and not inv.exists():
+        raise ConfigurationError.at(inventory or inv, "(file)", INVENTORY_NOT_FOUND, "file")
+    return inv
+
 
 def default_inventory() -> Path | None:
     """Return the inventory ``ansible.cfg`` names (relative to the checkout), or None (an installed launcher
@@ -163,7 +178,7 @@ def check_hosts(spec: JobSpec, inventory: Path | None, source: Path) -> None:
             )
         return
     if not inv.exists():
-        raise ConfigurationError(f"{inv}: inventory not found")
+        raise inventory_not_found(inv)
     hosts, groups = inventory_names(inv)
     if isinstance(spec.hosts, list):
         wanted = list(spec.hosts)

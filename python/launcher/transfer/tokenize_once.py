@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from launcher.exceptions import JobFailedError
 from launcher.transfer import nodecall
-from launcher.transfer.staging import (
+from launcher.transfer.manifest import (
     Manifest,
     StageItem,
     build_manifest,
@@ -32,8 +32,8 @@ from launcher.transfer.staging import (
     files,
     human,
     manifest_digest,
-    send_folders,
 )
+from launcher.transfer.staging import send_folders
 
 if TYPE_CHECKING:
     import threading

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
 from launcher.spec.config_io import parse_config, read_config_bytes
-from launcher.spec.jobspec import load_job_spec_bytes
+from launcher.spec.jobspec_load import load_job_spec_bytes
 from launcher.validation.paths import config_root_for, resolve_referenced
 
 if TYPE_CHECKING:
