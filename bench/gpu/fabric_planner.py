@@ -16,7 +16,7 @@ from pathlib import Path
 from launcher.engine.split import measured_links
 from launcher.fabric import gpulinks, links
 from launcher.planning.hardware import MI300X, accelerator_named
-from launcher.preflight import NodeFacts
+from launcher.preflight.checks import NodeFacts
 
 HOST, ADDRESS = "gpu-local", "127.0.0.1"
 

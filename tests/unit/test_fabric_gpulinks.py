@@ -18,7 +18,7 @@ from launcher.engine.split import measured_links
 from launcher.fabric import gpulinks, links, schedule
 from launcher.fabric.perftools import all_reduce_perf
 from launcher.planning.hardware import MI300X
-from launcher.preflight import NodeFacts
+from launcher.preflight.checks import NodeFacts
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from launcher.fabric import links, schedule
 from launcher.fabric.links import LinkResult, judge
-from launcher.preflight import NodeFacts
+from launcher.preflight.checks import NodeFacts
 
 if TYPE_CHECKING:
     import pytest

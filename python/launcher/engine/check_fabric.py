@@ -21,9 +21,9 @@ from launcher.fabric.env import node_fabric
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodeFacts
-    from launcher.runner import PlaybookRunner
+    from launcher.backends.runner import PlaybookRunner
+    from launcher.preflight.checks import NodeFacts
+    from launcher.spec.jobspec import JobSpec
 
 FABRIC_MODES = ("auto", "gpu", "tcp")
 # the intra-node group's port on each node's loopback, above the link groups' ports
