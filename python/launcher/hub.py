@@ -172,7 +172,6 @@ def fetch(
     (:class:`ConfigurationError`, or :class:`JobFailedError` for an unreachable or failing hub) when it
     cannot be had."""
     from huggingface_hub import HfApi, snapshot_download  # noqa: PLC0415
-    from huggingface_hub import disable_progress_bars  # noqa: PLC0415
 
     assert source.hub is not None
     repo, revision = source.hub, source.revision or DEFAULT_REVISION
@@ -198,8 +197,6 @@ def fetch(
     folder.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f"{PARTIAL_PREFIX}{commit[:12]}-", dir=folder))
     try:
-        if not sys.stderr.isatty():
-            disable_progress_bars()
         snapshot_download(
             repo,
             repo_type=repo_type,

@@ -69,7 +69,9 @@ class Repo:
 
     @classmethod
     def from_folder(cls, repo_id: str, folder: Path, repo_type: str = "model", **kw: object) -> Repo:
-        files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+        files = {
+            p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+        }
         return cls(repo_id, repo_type, files, **kw)  # type: ignore[arg-type]
 
 
@@ -101,7 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
     def do_HEAD(self) -> None:
@@ -162,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _api(self, rest: str, token: str | None) -> None:
         kind, _, rest = rest.partition("/")  # models | datasets
         parts = rest.split("/")
-        if kind not in ("models", "datasets") or len(parts) < 4 or parts[2] not in ("revision", "tree"):  # noqa: PLR2004
+        if kind not in ("models", "datasets") or len(parts) < 4 or parts[2] not in ("revision", "tree"):
             raise _Refused(404, None, "no such endpoint")
         repo = self._repo(kind[:-1], "/".join(parts[:2]), token)
         commit = self._commit_of(repo, parts[3])
@@ -180,7 +182,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _tree_entry(rel: str, data: bytes) -> dict[str, object]:
-        entry: dict[str, object] = {"type": "file", "oid": _git_blob_sha1(data), "size": len(data), "path": rel}
+        entry: dict[str, object] = {
+            "type": "file",
+            "oid": _git_blob_sha1(data),
+            "size": len(data),
+            "path": rel,
+        }
         if rel.endswith(LFS_SUFFIXES):
             entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
         return entry
@@ -190,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
         if rest.startswith("datasets/"):
             repo_type, rest = "dataset", rest.removeprefix("datasets/")
         parts = rest.split("/")
-        if len(parts) < 5 or parts[2] != "resolve":  # noqa: PLR2004
+        if len(parts) < 5 or parts[2] != "resolve":
             raise _Refused(404, None, "no such endpoint")
         repo = self._repo(repo_type, "/".join(parts[:2]), token)
         commit = self._commit_of(repo, parts[3])
@@ -261,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     for spec, kind in [(r, "model") for r in args.repo] + [(d, "dataset") for d in args.dataset]:
         repo_id, _, folder = spec.partition("=")
         gated = repo_id in args.gated
-        state.add(Repo.from_folder(repo_id, Path(folder), kind, gated=gated, granted=granted if gated else set()))
+        state.add(
+            Repo.from_folder(repo_id, Path(folder), kind, gated=gated, granted=granted if gated else set())
+        )
     with serving(state, args.port) as server:
         print(f"serving {server.url}", flush=True)
         threading.Event().wait()
