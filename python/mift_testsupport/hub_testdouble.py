@@ -121,9 +121,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.state.requests.append((self.command, path, token is not None))
         try:
             if path.startswith("/lfs-objects/"):
-                data = self.server.state.blob(path.rsplit("/", 1)[1])
-                if data is None:
-                    raise _Refused(404, "EntryNotFound", "no such object")
+                data = self._object(path.rsplit("/", 1)[1])
                 self._send(200, data, {"ETag": f'"{hashlib.sha256(data).hexdigest()}"'}, head=head)
             elif path.startswith("/api/"):
                 self._api(path.removeprefix("/api/"), token)
@@ -132,6 +130,12 @@ class _Handler(BaseHTTPRequestHandler):
         except _Refused as err:
             headers = {"X-Error-Message": err.message, **({"X-Error-Code": err.code} if err.code else {})}
             self._send(err.status, json.dumps({"error": err.message}).encode(), headers, head=head)
+
+    def _object(self, sha256: str) -> bytes:
+        data = self.server.state.blob(sha256)
+        if data is None:
+            raise _Refused(404, "EntryNotFound", "no such object")
+        return data
 
     def _repo(self, repo_type: str, repo_id: str, token: str | None) -> Repo:
         state = self.server.state

@@ -220,6 +220,7 @@ def test_interrupted_fetch_leaves_nothing_under_a_final_name(
     server, _state, _folder = stand_in
     monkeypatch.setenv("HF_ENDPOINT", server.url)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
+
     def cut(*_a: object, **kw: object) -> str:
         Path(str(kw["local_dir"]), "config.json").write_text("{half")
         raise KeyboardInterrupt

@@ -39,8 +39,8 @@ def detect_kind(path: Path, data: object) -> ConfigKind:
     if not isinstance(data, dict):
         return ConfigKind.UNKNOWN
     keys = set(data)
-    # first: a job spec's ``stage`` (the folders it stages) is also LLaMA-Factory's marker, and no LLaMA-Factory
-    # config has ``train_config``
+    # first: a job spec's ``stage`` (the folders it stages) is also LLaMA-Factory's marker, and no
+    # LLaMA-Factory config has ``train_config``
     if keys & JOBSPEC_MARKERS and path.suffix.lower() != ".json":
         return ConfigKind.JOBSPEC
     if keys & LLAMAFACTORY_MARKERS:
