@@ -45,7 +45,10 @@ PARTIAL_PREFIX = ".partial-"
 DEFAULT_REVISION = "main"
 # the hub's answer to a token it does not accept (huggingface_hub.utils._http reads the same text)
 INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
-TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # huggingface_hub's order
+TOKEN_ENV = (
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+)  # huggingface_hub's order (runner.HUB_TOKEN_ENV drops them)
 NO_TOKEN = "no token"  # noqa: S105 - where a token came from when there is none, not a secret
 
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 
 # ansible-runner runs `ansible-playbook` from PATH; these are passed through to it as they are
+# huggingface_hub's token variables (launcher/hub.py reads them through the client): never in a playbook's env
+HUB_TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 PASS_THROUGH_ENV = ("ANSIBLE_PRIVATE_KEY_FILE", "ANSIBLE_SSH_ARGS", "ANSIBLE_REMOTE_USER", "SSH_AUTH_SOCK")
 KEEP_EVENTS = ("runner_on_failed", "runner_on_unreachable", "playbook_on_stats")
 # the playbooks hand their results back with set_stats (per_host: false, aggregate: true) under this key:
@@ -188,6 +190,11 @@ class PlaybookRunner:
         )
         if inventory is not None and not inventory.exists():
             raise ConfigurationError(f"{inventory}: inventory not found")
+        # ansible-runner copies this process's whole environment into each playbook's artifacts/<n>/command
+        # (the run directory): a hub token must not be there; the hub was asked before any playbook ran
+        # (launcher/hub.py), and a later fetch in this process finds the token file only
+        for name in HUB_TOKEN_ENV:
+            os.environ.pop(name, None)
         self._envvars = self._build_envvars()
         self._base_args: dict[str, Any] = {
             "private_data_dir": str(private_data_dir),

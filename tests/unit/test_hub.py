@@ -252,3 +252,15 @@ def test_unreachable_is_a_failure_not_bad_input(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     with pytest.raises(JobFailedError, match=r"hub unreachable at http://127\.0\.0\.1:"):
         hub.fetch(JOB, "model", StageSource(hub=GATED))
+
+
+def test_no_playbook_environment_carries_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ansible-runner writes the launcher's whole environment into artifacts/<n>/command in the run directory
+    (the first rehearsal found the token there): a runner drops the token variables first."""
+    from launcher.runner import PlaybookRunner  # noqa: PLC0415 - ansible_runner only here
+
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", TOKEN)
+    PlaybookRunner(tmp_path / "pdd")
+    assert "HF_TOKEN" not in os.environ
+    assert "HUGGING_FACE_HUB_TOKEN" not in os.environ
