@@ -21,10 +21,10 @@ import huggingface_hub
 import pytest
 from huggingface_hub import constants
 
-from launcher import hub
 from launcher.exceptions import ConfigurationError, JobFailedError
-from launcher.jobspec import StageSource
-from launcher.staging import StageItem, build_manifest, controller_cache
+from launcher.spec.jobspec import StageSource
+from launcher.transfer import hub
+from launcher.transfer.manifest import StageItem, build_manifest, controller_cache
 from mift_testsupport.hub_testdouble import HubState, Repo, serving
 from mift_testsupport.paths import REPO_ROOT
 
@@ -257,7 +257,7 @@ def test_unreachable_is_a_failure_not_bad_input(monkeypatch: pytest.MonkeyPatch)
 def test_no_playbook_environment_carries_the_token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ansible-runner writes the launcher's whole environment into artifacts/<n>/command in the run directory
     (the first rehearsal found the token there): a runner drops the token variables first."""
-    from launcher.runner import PlaybookRunner  # noqa: PLC0415 - ansible_runner only here
+    from launcher.backends.runner import PlaybookRunner  # noqa: PLC0415 - ansible_runner only here
 
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", TOKEN)

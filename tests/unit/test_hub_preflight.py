@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from launcher.data import mift_probe
-from launcher.jobspec import JobSpec
-from launcher.preflight import node_paths
+from launcher.preflight.checks import node_paths
+from launcher.spec.jobspec import JobSpec
 
 REPO = "meta-llama/Meta-Llama-3-70B-Instruct"
 COMMIT = "a" * 40

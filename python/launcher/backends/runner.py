@@ -19,17 +19,19 @@ from typing import TYPE_CHECKING, Any
 import ansible_runner
 
 from launcher.exceptions import ConfigurationError
-from launcher.nodelayout import layout
-from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
+from launcher.spec.inventory import inventory_not_found
+from launcher.spec.nodelayout import layout
+from launcher.spec.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
 LOG = logging.getLogger(__name__)
 
-# ansible-runner runs `ansible-playbook` from PATH; these are passed through to it as they are
-# huggingface_hub's token variables (launcher/hub.py reads them through the client): never in a playbook's env
+# huggingface_hub's token variables (launcher/transfer/hub.py reads them through the client): never in a
+# playbook's environment
 HUB_TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+# ansible-runner runs `ansible-playbook` from PATH; these are passed through to it as they are
 PASS_THROUGH_ENV = ("ANSIBLE_PRIVATE_KEY_FILE", "ANSIBLE_SSH_ARGS", "ANSIBLE_REMOTE_USER", "SSH_AUTH_SOCK")
 KEEP_EVENTS = ("runner_on_failed", "runner_on_unreachable", "playbook_on_stats")
 # the playbooks hand their results back with set_stats (per_host: false, aggregate: true) under this key:
@@ -189,10 +191,10 @@ class PlaybookRunner:
             )
         )
         if inventory is not None and not inventory.exists():
-            raise ConfigurationError(f"{inventory}: inventory not found")
+            raise inventory_not_found(inventory)
         # ansible-runner copies this process's whole environment into each playbook's artifacts/<n>/command
         # (the run directory): a hub token must not be there; the hub was asked before any playbook ran
-        # (launcher/hub.py), and a later fetch in this process finds the token file only
+        # (launcher/transfer/hub.py), and a later fetch in this process finds the token file only
         for name in HUB_TOKEN_ENV:
             os.environ.pop(name, None)
         self._envvars = self._build_envvars()
@@ -386,3 +388,12 @@ class PlaybookRunner:
                 for name, values in handed.items():
                     if isinstance(values, dict):
                         result.reports.setdefault(str(name), {}).update(values)
+
+
+def make_runner(private_data_dir: Path, *, inventory: Path | None = None) -> PlaybookRunner:
+    """The one place the launcher builds its Ansible runner: every command and engine step asks here.
+
+    The test seam too: a test that must see no playbook run (or that stands in for the nodes) replaces
+    ``PlaybookRunner`` in this module, and every runner the launcher builds is the replacement.
+    """
+    return PlaybookRunner(private_data_dir, inventory=inventory)

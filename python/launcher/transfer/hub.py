@@ -38,7 +38,7 @@ from launcher.validation.cache import cache_root
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from launcher.jobspec import StageSource
+    from launcher.spec.jobspec import StageSource
 
 HUB_DIR = "hub"  # under the launcher's cache root
 PARTIAL_PREFIX = ".partial-"
