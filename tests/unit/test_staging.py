@@ -205,7 +205,7 @@ def test_paths_leaving_the_destination_are_refused(tmp_path: Path) -> None:
     [
         ({"model": {"controller": "m", "shared": "/s"}}, "name exactly one source"),
         ({"model": {}}, "got none"),
-        ({"model": {"controller": "m", "revision": "main"}}, "revision goes with hf_cache only"),
+        ({"model": {"controller": "m", "revision": "main"}}, "revision goes with hf_cache or hub only"),
         ({"model": {"shared": "rel/path"}}, "must be an absolute node path"),
         ({"dataset_dir": {"hf_cache": "org/data"}}, "hf_cache holds models here"),
         ({"model": {"hf_cache": "not a repo"}}, "String should match pattern"),

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
+# huggingface_hub's token variables (launcher/transfer/hub.py reads them through the client): never in a
+# playbook's environment
+HUB_TOKEN_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 # ansible-runner runs `ansible-playbook` from PATH; these are passed through to it as they are
 PASS_THROUGH_ENV = ("ANSIBLE_PRIVATE_KEY_FILE", "ANSIBLE_SSH_ARGS", "ANSIBLE_REMOTE_USER", "SSH_AUTH_SOCK")
 KEEP_EVENTS = ("runner_on_failed", "runner_on_unreachable", "playbook_on_stats")
@@ -189,6 +192,11 @@ class PlaybookRunner:
         )
         if inventory is not None and not inventory.exists():
             raise inventory_not_found(inventory)
+        # ansible-runner copies this process's whole environment into each playbook's artifacts/<n>/command
+        # (the run directory): a hub token must not be there; the hub was asked before any playbook ran
+        # (launcher/transfer/hub.py), and a later fetch in this process finds the token file only
+        for name in HUB_TOKEN_ENV:
+            os.environ.pop(name, None)
         self._envvars = self._build_envvars()
         self._base_args: dict[str, Any] = {
             "private_data_dir": str(private_data_dir),

@@ -68,15 +68,31 @@ class NodePath:
     path: str
     files: tuple[tuple[str, ...], ...] = ()
     datasets: tuple[str, ...] = ()
+    hub: str = ""  # a hub id: its complete snapshot in the node's Hugging Face cache (``cache``: the job's)
+    cache: str = ""
+    revision: str = ""  # the training YAML's model_revision (LLaMA-Factory's default: main)
 
     def as_extravar(self) -> dict[str, Any]:
         """Return the requirement as the probe reads it (``--require``)."""
-        return {k: [list(g) for g in v] if k == "files" else v for k, v in asdict(self).items()}
+        return {
+            k: [list(g) for g in v] if k == "files" else v
+            for k, v in asdict(self).items()
+            if v or k not in ("hub", "cache", "revision")
+        }
 
 
 def _is_local_path(value: str) -> bool:
     """True for what transformers opens as a folder, not a hub id: absolute, ``./``, ``../``."""
     return value.startswith(("/", "./", "../")) or value in (".", "..")
+
+
+def _hub_cache_of(spec: JobSpec) -> str:
+    """The node Hugging Face cache the job's own env names (``HF_HUB_CACHE``, ``HF_HOME``/hub), else ``""``:
+    the node's default, as the trainer finds it."""
+    env = spec.env_strings()
+    if env.get("HF_HUB_CACHE"):
+        return env["HF_HUB_CACHE"]
+    return f"{env['HF_HOME'].rstrip('/')}/hub" if env.get("HF_HOME") else ""
 
 
 def _names(value: object) -> tuple[str, ...]:
@@ -102,6 +118,18 @@ def node_paths(
     model = train.get("model_name_or_path")
     if isinstance(model, str) and _is_local_path(model):
         out.append(NodePath("model_name_or_path", model, MODEL_FILES))
+    elif isinstance(model, str) and model:  # a hub id, opened offline on the node: from its cache only
+        revision = str(train.get("model_revision") or "main")
+        out.append(
+            NodePath(
+                "model_name_or_path",
+                model,
+                MODEL_FILES,
+                hub=model,
+                cache=_hub_cache_of(spec),
+                revision=revision,
+            )
+        )
     adapters = train.get("adapter_name_or_path")
     for adapter in _names(adapters) if isinstance(adapters, str) else ():
         if _is_local_path(adapter):

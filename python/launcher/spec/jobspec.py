@@ -150,8 +150,11 @@ HF_REPO_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(?:/[A-Za-z0-9][A-Za-z0-9_.-]*)?$"
 HF_REVISION_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 
 
+SOURCE_KINDS = ("controller", "shared", "hf_cache", "hub")
+
+
 class StageSource(_Strict):
-    """Where one staged folder comes from: exactly one of ``controller``, ``shared``, ``hf_cache``
+    """Where one staged folder comes from: exactly one of ``controller``, ``shared``, ``hf_cache``, ``hub``
     (docs/launcher.md "Staging")."""
 
     # a folder on the controller, relative to the job spec: copied to every node
@@ -161,7 +164,10 @@ class StageSource(_Strict):
     # a Hugging Face repo id in the controller's Hugging Face cache ($HF_HUB_CACHE, $HF_HOME/hub or
     # ~/.cache/huggingface/hub): its snapshot of ``revision`` is copied to every node
     hf_cache: Annotated[str, Field(pattern=HF_REPO_RE)] | None = None
-    revision: Annotated[str, Field(pattern=HF_REVISION_RE)] | None = None  # with hf_cache; None: main
+    # a Hugging Face hub repo id (a dataset repo for dataset_dir): fetched once here with huggingface_hub
+    # (HF_ENDPOINT, HF_TOKEN or the token file), its revision resolved and recorded (launcher/transfer/hub.py)
+    hub: Annotated[str, Field(pattern=HF_REPO_RE)] | None = None
+    revision: Annotated[str, Field(pattern=HF_REVISION_RE)] | None = None  # with hf_cache or hub; None: main
 
     @field_validator("shared")
     @classmethod
@@ -172,20 +178,21 @@ class StageSource(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> StageSource:
-        given = [k for k in ("controller", "shared", "hf_cache") if getattr(self, k) is not None]
+        given = [k for k in SOURCE_KINDS if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(
                 "name exactly one source: controller (a folder here), shared (a folder the nodes already "
-                f"see) or hf_cache (a repo id in the Hugging Face cache); got {', '.join(given) or 'none'}"
+                "see), hf_cache (a repo id in the Hugging Face cache) or hub (a repo id fetched from the "
+                f"hub); got {', '.join(given) or 'none'}"
             )
-        if self.revision is not None and self.hf_cache is None:
-            raise ValueError("revision goes with hf_cache only")
+        if self.revision is not None and self.hf_cache is None and self.hub is None:
+            raise ValueError("revision goes with hf_cache or hub only")
         return self
 
     @property
     def kind(self) -> str:
-        """``controller``, ``shared`` or ``hf_cache``."""
-        return next(k for k in ("controller", "shared", "hf_cache") if getattr(self, k) is not None)
+        """``controller``, ``shared``, ``hf_cache`` or ``hub``."""
+        return next(k for k in SOURCE_KINDS if getattr(self, k) is not None)
 
 
 class Staging(_Strict):
@@ -206,7 +213,7 @@ class Staging(_Strict):
         if self.dataset_dir is not None and self.dataset_dir.hf_cache is not None:
             raise ValueError(
                 "dataset_dir: hf_cache holds models here; stage a dataset folder with dataset_info.json "
-                "from the controller (controller:) or a shared folder (shared:)"
+                "from the controller (controller:), a shared folder (shared:) or a hub dataset repo (hub:)"
             )
         return self
 

@@ -43,8 +43,8 @@ class StageItem:
     """One staged folder: its training-YAML key, source kind, source folder and node destination."""
 
     key: str  # model | dataset_dir
-    kind: str  # controller | shared | hf_cache
-    source: str  # controller folder (controller, hf_cache) or node folder (shared)
+    kind: str  # controller | shared | hf_cache | hub
+    source: str  # controller folder (controller, hf_cache, hub: the fetched snapshot) or node folder (shared)
     dest: str  # node folder: the training YAML's value
 
     @property
@@ -86,6 +86,10 @@ def _source_folder(spec_path: Path, key: str, source: StageSource) -> str | None
     where = f"stage.{key}.{source.kind}"
     if source.kind == "shared":
         return None
+    if source.kind == "hub":  # fetched once here, then a controller folder like any other
+        from launcher.transfer.hub import snapshot_for  # noqa: PLC0415 - huggingface_hub only when used
+
+        return str(snapshot_for(spec_path, key, source).path)
     if source.kind == "hf_cache":
         snap, why = hf_snapshot(str(source.hf_cache), source.revision)
         if snap is None:
@@ -160,7 +164,14 @@ class Manifest:
             "digest": self.digest,
             "files": len(self.files),
             "bytes": self.total_bytes,
+            **({"hub": _hub_provenance(self.item.source)} if self.item.kind == "hub" else {}),
         }
+
+
+def _hub_provenance(folder: str) -> dict[str, Any] | None:
+    from launcher.transfer.hub import provenance_of  # noqa: PLC0415
+
+    return provenance_of(folder)
 
 
 def controller_cache() -> mift_stage.HashCache:
