@@ -64,7 +64,7 @@ def runs_root() -> Path:
 
 def new_run_id(name: str) -> str:
     """Return a fresh, sortable run id for a job named ``name``."""
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
 
 
 def _str_or_none(value: object) -> str | None:
