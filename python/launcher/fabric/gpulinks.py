@@ -248,15 +248,9 @@ def save(key: str, hosts: Sequence[str], fabric: GpuFabric, verdict: links.LinkV
         "groups": [
             {k: g.get(k) for k in ("hosts", "round", "world", "rows", "error")} for g in fabric.groups
         ],
-        "results": [
-            {"hosts": list(r.hosts), "seconds": r.seconds, "busbw_gbs": r.busbw_gbs, "error": r.error}
-            for r in verdict.results
-        ],
+        "results": links.result_rows(verdict),
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(path)
-    return path
+    return links.write_record(path, record)
 
 
 def load(key: str) -> dict[str, Any] | None:

@@ -165,11 +165,21 @@ def save(key: str, hosts: Sequence[str], verdict: LinkVerdict, *, nproc_per_node
         "hosts": list(hosts),
         "measured_at": time.time(),
         "nproc_per_node": nproc_per_node,
-        "results": [
-            {"hosts": list(r.hosts), "seconds": r.seconds, "busbw_gbs": r.busbw_gbs, "error": r.error}
-            for r in verdict.results
-        ],
+        "results": result_rows(verdict),
     }
+    return write_record(path, record)
+
+
+def result_rows(verdict: LinkVerdict) -> list[dict[str, Any]]:
+    """Return a verdict's link results as the cache records keep them (TCP and GPU alike)."""
+    return [
+        {"hosts": list(r.hosts), "seconds": r.seconds, "busbw_gbs": r.busbw_gbs, "error": r.error}
+        for r in verdict.results
+    ]
+
+
+def write_record(path: Path, record: Mapping[str, Any]) -> Path:
+    """Write a check's cache record to ``path`` in one step (a temporary file renamed); return the path."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
