@@ -1,19 +1,19 @@
 #!/bin/bash
 # On the lent GPU machine, from the root of the lead's checkout (the device tool's working tree): the GPU path of
-# `launcher check` on one node (issue #42), then the planner reading what it measured. The call carries
-# .fabric-dev/ (tree.tgz: this branch's files; whl/: Ansible, ansible-runner, pydantic and their needs).
-#   device: bash .fabric-dev/fabric_check.sh        results: $OUT/*.log, $OUT/*.json
+# `launcher check` on one node (issue #42), then the planner reading what it measured. It runs in the device's
+# copy of the checkout; the call carries .fabric-dev/whl/ (Ansible, ansible-runner, pydantic and their needs).
+#   device: bash bench/gpu/fabric_check.sh   (carry [".fabric-dev"])    results: $OUT/*.log, $OUT/*.json
 set -u
 D=$PWD/.fabric-dev
 OUT=${OUT:-/tmp/fabric-out}
 export PYTHONUNBUFFERED=1 LANG=C.UTF-8 LC_ALL=C.UTF-8 MIFT_CHECK_CACHE=/tmp/fabric-cache
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-mkdir -p "$OUT" /tmp/w && tar xzf "$D/tree.tgz" -C /tmp/w && cd /tmp/w || exit 1
+mkdir -p "$OUT"
 t0=$(date +%s)
 el() { echo "[$(($(date +%s) - t0)) s] $*"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$D"/whl/*.whl \
   >"$OUT/pip.log" 2>&1 || { tail "$OUT/pip.log"; exit 1; }
-export PYTHONPATH=/tmp/site:/tmp/w/python PATH=/tmp/site/bin:$PATH
+export PYTHONPATH=/tmp/site:$PWD/python PATH=/tmp/site/bin:$PATH
 PY=$(command -v python3)
 # STAND-IN of LLaMA-Factory's entry point: preflight looks for it (a check starts no trainer); its shebang names
 # the machine's torch interpreter, which preflight's torch probe and the check's node scripts then use
