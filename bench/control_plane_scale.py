@@ -1,10 +1,10 @@
-"""The launcher's control plane as the node count grows: provision, run, follow, status, logs, stop, a lost node.
+"""The launcher's control plane as nodes are added: provision, run, follow, status, logs, stop, a lost node.
 
 At each host count of ``--sizes`` (in increasing order; hosts are added to the same rig, started from the
 provisioned host image, docs/testing.md "The provisioned host image") this bench measures, on test hosts whose
-``llamafactory-cli`` is the trainer TEST DOUBLE (``mift_testsupport.trainer_testdouble``: LLaMA-Factory's log
-lines, ``trainer_log.jsonl`` and checkpoints at a set step time, the same signals, no compute), so that what is
-measured is the launcher's own cost:
+``llamafactory-cli`` is the trainer TEST DOUBLE (``mift_testsupport.trainer_testdouble``: the log lines of
+LLaMA-Factory, ``trainer_log.jsonl`` and checkpoints at a set step time, the same signals, no compute), so
+that what is measured is the launcher's own cost:
 
 * ``provision``: a no-change re-run of ``provision.yml`` (wall s; every host must report changed=0);
 * ``started``: ``launcher run`` to its ``started on N nodes`` line (first run on the hosts of that size, which
@@ -57,15 +57,15 @@ CG_VAR = "MIFT_BENCH_CGROUP"
 DOUBLE = REPO / "python" / "mift_testsupport" / "trainer_testdouble.py"
 CLI = "/opt/mift/venv/bin/llamafactory-cli"
 DEFAULTS = REPO / "roles" / "mift_defaults"
-# A host started from the image boots with a boot id of its own (systemd-nspawn gives every container one), and
-# the rocm part's node fingerprint covers /proc/sys/kernel/random/boot_id ("a reboot verifies the driver and the
-# GPUs again"): its first provision.yml re-verifies rocm and stack, as after a reboot. A no-change re-run is
-# what the provision row measures, so each new host first records its rocm fingerprint as of its own boot,
-# through the fingerprint script of the role (`record`, the inputs kept as the image's provisioning recorded
-# them); nothing else of the record changes.
+# A host started from the image boots with a boot id of its own (systemd-nspawn gives every container one),
+# and the rocm part's node fingerprint covers /proc/sys/kernel/random/boot_id ("a reboot verifies the driver
+# and the GPUs again"): its first provision.yml re-verifies rocm and stack, as after a reboot. A no-change re-
+# run is what the provision row measures, so each new host first records its rocm fingerprint as of its own
+# boot, through the fingerprint script of the role (`record`, the inputs kept as the image's provisioning
+# recorded them); nothing else of the record changes.
 SETTLE_PLAYBOOK = [
     {
-        "name": "Record the rocm part's node fingerprint of hosts started from the image as of their own boot",
+        "name": "Record the rocm fingerprint of hosts started from the image as of their own boot",
         "hosts": "{{ settle_hosts }}",
         "gather_facts": False,
         "vars_files": [str(DEFAULTS / "defaults" / "main.yml"), str(DEFAULTS / "vars" / "main.yml")],
@@ -97,10 +97,11 @@ SETTLE_PLAYBOOK = [
 ]
 
 
-# --- the timing wrapper (runs inside the launcher's process) ---------------------------------------------------
+# --- the timing wrapper (runs inside the launcher's process) ----------------------------------------------
 def launcher_timed(args: list[str]) -> None:
-    """``python -m launcher ARGS`` with the backend's poll, stop and collect timed into ``$MIFT_BENCH_TIMINGS``
-    (one JSON line each: what, t0, t1 in time.time()), in the cgroup named by ``$MIFT_BENCH_CGROUP``."""
+    """``python -m launcher ARGS`` with the backend's poll, stop and collect timed into
+    ``$MIFT_BENCH_TIMINGS`` (one JSON line each: what, t0, t1 in time.time()), in the cgroup named by
+    ``$MIFT_BENCH_CGROUP``."""
     cg = os.environ.get(CG_VAR)
     if cg:
         Path(cg, "cgroup.procs").write_text(f"{os.getpid()}\n")
@@ -130,9 +131,17 @@ def launcher_timed(args: list[str]) -> None:
     runpy.run_module("launcher", run_name="__main__", alter_sys=True)
 
 
-# --- controller side --------------------------------------------------------------------------------------------
+# --- controller side -----------------------------------------------------------------------------------
 def load1() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def cg_seconds(usage: Path) -> float:
+    """CPU seconds of a cpuacct cgroup (v1) so far (nan: none)."""
+    try:
+        return int(usage.read_text()) / 1e9
+    except (OSError, ValueError):
+        return float("nan")
 
 
 class CpuGroup:
@@ -145,10 +154,7 @@ class CpuGroup:
         self.path.mkdir(parents=True, exist_ok=True)
 
     def seconds(self) -> float:
-        try:
-            return int((self.path / "cpuacct.usage").read_text()) / 1e9
-        except OSError:
-            return float("nan")
+        return cg_seconds(self.path / "cpuacct.usage")
 
     def remove(self) -> None:
         with contextlib.suppress(OSError):
@@ -247,14 +253,14 @@ class Bench:
             raise RuntimeError(f"settle: {out.stdout[-3000:]}{out.stderr[-1000:]}")
 
     def install_double(self) -> None:
-        """The trainer test double as each host's llamafactory-cli (its own shebang: the node venv's python)."""
+        """The trainer test double as each host's llamafactory-cli (its shebang: the node venv's python)."""
         body = DOUBLE.read_text()
         for host in range(1, self.n + 1):
             if host in self.installed:
                 continue
             cmd = (
                 f"head -1 {CLI} | grep -q '^#!' && shebang=$(head -1 {CLI}) && "
-                f"{{ echo \"$shebang\"; printf %s {shlex.quote(body)}; }} > {CLI}.double && "
+                f'{{ echo "$shebang"; printf %s {shlex.quote(body)}; }} > {CLI}.double && '
                 f"chmod 755 {CLI}.double && mv {CLI}.double {CLI}"
             )
             self.rig.ssh(host, cmd)
@@ -334,7 +340,12 @@ class Bench:
         hosts = recap(out.stdout)
         changed = sum(h["changed"] for h in hosts.values())
         bad = out.returncode != 0 or len(hosts) != self.n or changed
-        return {"provision": took, "provision_load": load, "provision_ok": not bad, "provision_changed": changed}
+        return {
+            "provision": took,
+            "provision_load": load,
+            "provision_ok": not bad,
+            "provision_changed": changed,
+        }
 
     def followed_run(self) -> dict[str, Any]:
         """run (followed) -> started; the follow's polls over the window; status; logs; stop."""
@@ -354,16 +365,18 @@ class Bench:
         first = follow.wait_line(r"^host1\s.*\s\d+/\d+\s", 300)
         if first is None:
             raise RuntimeError(f"{self.n} hosts: no step shown:\n{follow.text()[-4000:]}")
-        cpu0, w0 = follow.cpu.seconds(), time.time()
+        hosts_cpu = CG_ROOT / f"rig{self.rig.rig_id}" / "cpuacct.usage"  # every process of the rig's hosts
+        cpu0, h0, w0 = follow.cpu.seconds(), cg_seconds(hosts_cpu), time.time()
         row["poll_load"] = load1()
         time.sleep(self.window)
-        cpu1, w1 = follow.cpu.seconds(), time.time()
+        cpu1, h1, w1 = follow.cpu.seconds(), cg_seconds(hosts_cpu), time.time()
         polls = [(a, b) for a, b in follow.events("poll") if w0 <= b <= w1]
         row["polls"] = len(polls)
         row["poll_wall"] = statistics.median(b - a for a, b in polls) if polls else None
         row["poll_period"] = (w1 - w0) / len(polls) if polls else None
         row["poll_cpu"] = (cpu1 - cpu0) / len(polls) if polls else None
         row["poll_cpu_node"] = row["poll_cpu"] / self.n if polls else None
+        row["hosts_cpu_node"] = (h1 - h0) / len(polls) / self.n if polls else None
         run_id = self.cluster().run_id_of(name)()
         # status and logs while it runs
         row["status_load"] = load1()
@@ -387,7 +400,9 @@ class Bench:
         steps_text = self.rig.ssh(
             1, f"cat /var/lib/mift/runs/{shlex.quote(run_id)}/output/testdouble_steps.tsv", check=False
         ).stdout
-        logged = [(int(a), float(b)) for a, b in (x.split("\t") for x in steps_text.splitlines() if "\t" in x)]
+        logged = [
+            (int(a), float(b)) for a, b in (x.split("\t") for x in steps_text.splitlines() if "\t" in x)
+        ]
         seen = []
         for step, at in logged:
             if not w0 <= at <= w1:
@@ -444,7 +459,7 @@ class Bench:
         return row
 
 
-# --- the report -------------------------------------------------------------------------------------------------
+# --- the report ----------------------------------------------------------------------------------------
 FIGURES = [  # key, label, format
     ("provision", "provision no-change s", ".1f"),
     ("started", "run -> started s", ".1f"),
@@ -455,6 +470,7 @@ FIGURES = [  # key, label, format
     ("poll_period", "poll period s", ".2f"),
     ("poll_cpu", "ctl CPU-s/poll", ".2f"),
     ("poll_cpu_node", "ctl CPU-s/node/poll", ".3f"),
+    ("hosts_cpu_node", "hosts CPU-s/node/poll", ".3f"),
     ("status", "status s", ".1f"),
     ("logs", "logs s", ".1f"),
     ("stop", "stop s", ".1f"),
@@ -462,8 +478,14 @@ FIGURES = [  # key, label, format
     ("collect", "(collect) s", ".1f"),
     ("lost", "lost node named s", ".1f"),
 ]
-LOADS = {"provision": "provision_load", "started": "run_load", "poll_cpu": "poll_load", "stop": "stop_load",
-         "status": "status_load", "lost": "lost_load"}
+LOADS = {
+    "provision": "provision_load",
+    "started": "run_load",
+    "poll_cpu": "poll_load",
+    "stop": "stop_load",
+    "status": "status_load",
+    "lost": "lost_load",
+}
 
 
 def fmt(value: Any, spec: str) -> str:  # noqa: ANN401
@@ -472,7 +494,7 @@ def fmt(value: Any, spec: str) -> str:  # noqa: ANN401
 
 def slope(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     """Least squares line y = a + b x through ``points``: (a, b)."""
-    if len(points) < 2:  # noqa: PLR2004
+    if len(points) < 2:
         return None
     mx = statistics.fmean(x for x, _ in points)
     my = statistics.fmean(y for _, y in points)
@@ -497,12 +519,17 @@ def table(rows: list[dict[str, Any]], title: str) -> str:
         line = slope([(r["hosts"], r[key]) for r in rows if r.get(key) is not None])
         if line:
             a, b = line
-            extra = [format(b, "+.4f" if abs(b) < 0.01 else "+.3f"), fmt(a + b * 128, spec), fmt(a + b * 512, spec)]
+            extra = [
+                format(b, "+.4f" if abs(b) < 0.01 else "+.3f"),
+                fmt(a + b * 128, spec),
+                fmt(a + b * 512, spec),
+            ]
         else:
             extra = ["-", "-", "-"]
         out.append("| " + " | ".join([label, *cells, *extra]) + " |")
     checks = [
-        f"{r['hosts']} hosts: provision changed={r.get('provision_changed', '-')} ok={r.get('provision_ok', '-')}, "
+        f"{r['hosts']} hosts: provision changed={r.get('provision_changed', '-')} "
+        f"ok={r.get('provision_ok', '-')}, "
         f"polls in window {r.get('polls')}, logs ok={r.get('logs_ok')}, stop ok={r.get('stop_ok')}"
         for r in rows
     ]
