@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from launcher.backends import ssh_stream
+from launcher.backends.agent_stream import AgentStream
 from launcher.backends.ssh import SshBackend
 from launcher.backends.ssh_stream import SshStream, ssh_argv
 from launcher.data import mift_contract as contract
@@ -51,6 +52,15 @@ class Runner:
         return PlaybookResult(
             playbook, 0, "successful", reports={h: {"ssh": t} for h, t in self.targets.items()}
         )
+
+    def start(self, playbook: str, extravars: dict[str, Any], **_: Any) -> None:
+        """The playbook follow's start: raises PlaybookFollow."""
+        del extravars
+        raise PlaybookFollow(playbook)
+
+
+class PlaybookFollow(Exception):  # noqa: N818 - what the double's start says: the playbook follow began
+    """The follow fell back to the poll playbook (poll_stream.yml)."""
 
 
 @dataclass
@@ -160,6 +170,17 @@ def test_a_node_ssh_cannot_reach_is_unreachable_and_only_its_session_starts_agai
         stream.close()
 
 
+def test_ssh_that_reaches_no_node_at_the_first_poll_falls_back_to_the_playbook(
+    tmp_path: Path, ssh_double: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SSH_DOUBLE_DOWN", "addr-n0,addr-n1")
+    job = cluster(tmp_path, {"n0": {"state": "exited", "rc": 0}, "n1": {"state": "exited", "rc": 0}})
+    stream = SshStream(job, 0.3)  # type: ignore[arg-type]
+    with pytest.raises(PlaybookFollow, match="poll_stream"):
+        stream.poll()
+    assert isinstance(stream._fallback, AgentStream)
+
+
 def test_a_node_without_the_run_is_absent(tmp_path: Path, ssh_double: Path) -> None:
     job = cluster(tmp_path, {"n0": {"state": "exited", "rc": 0}})
     stream = SshStream(job, 0.3)  # type: ignore[arg-type]
@@ -196,7 +217,8 @@ def test_ssh_targets_renders_the_inventorys_templated_settings(tmp_path: Path) -
     inventory = tmp_path / "inv" / "hosts.yml"
     inventory.parent.mkdir()
     inventory.write_text(
-        "all:\n  hosts:\n    h1: {ansible_host: 10.0.0.1, mift_runs_root: /r1}\n    h2: {ansible_port: 2200}\n"
+        "all:\n  hosts:\n    h1: {ansible_host: 10.0.0.1, mift_runs_root: /r1}\n"
+        "    h2: {ansible_port: 2200}\n"
         "  vars:\n    ansible_user: deploy\n"
         "    ansible_ssh_private_key_file: '{{ inventory_dir }}/key'\n"
         "    ansible_ssh_common_args: -F cfg\n"

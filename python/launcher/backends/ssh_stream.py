@@ -12,8 +12,9 @@ answered since the last poll, at most the interval plus :data:`POLL_TIMEOUT_S` (
 start, :data:`FIRST_ANSWER_S`); a node silent that long is unreachable for that poll, as with the playbook.
 A session that ended (ssh failed, the node went away, its ``watch`` time is up) is started again at the next
 poll, for that node alone. When the launcher dies, its end of each session's pipe closes: ssh and the agent
-end at their next line. Nodes that are no ssh connection (``ansible_connection: local``, ...) are followed
-by the playbook of :mod:`launcher.backends.agent_stream`.
+end at their next line. Nodes that are no ssh connection (``ansible_connection: local``, ...), and a run
+where ssh of its own reached no node at the first poll (a password login, a setting only Ansible knows), are
+followed by the playbook of :mod:`launcher.backends.agent_stream`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ WATCH_S = 1200  # seconds one session's agent streams before it ends and the nex
 SSH_OPTIONS = (
     "-o",
     "BatchMode=yes",
+    # as the launcher's own Ansible does (python/launcher/ansible.cfg: host_key_checking = False)
+    "-o",
+    "StrictHostKeyChecking=no",
     "-o",
     f"ConnectTimeout={POLL_TIMEOUT_S}",
     "-o",
@@ -85,6 +89,7 @@ class _Session:
             text=True,
         )
         self.ended = False
+        self.never_connected = False  # ended by ssh's own failure before any answer
         self._on_answer = on_answer
         self._thread = threading.Thread(target=self._read, name=f"ssh-stream-{host}", daemon=True)
         self._thread.start()
@@ -101,6 +106,7 @@ class _Session:
         err = self.proc.stderr.read().strip()
         last = err.splitlines()[-1] if err else f"exit status {rc}"
         final: contract.NodeStatus
+        self.never_connected = rc == UNREACHABLE_RC and not answered
         if rc == UNREACHABLE_RC or answered:
             final = {"state": contract.UNREACHABLE}
         else:  # ssh worked, the agent did not answer (no run directory, no python3): the playbook's failure
@@ -197,6 +203,12 @@ class SshStream:
                 for h in self.job.hosts
             }
             self._taken = self._count
+        if first and all(s.never_connected for s in self._sessions.values()):
+            # ssh of its own reaches no node (a password login, an ssh setting only Ansible knows): the
+            # playbook's follow, as below STREAM_FROM_NODES
+            self.close()
+            self._fallback = AgentStream(self.job, self.interval_s)
+            return self._fallback.poll()
         return nodes
 
     def close(self) -> None:
