@@ -466,7 +466,7 @@ FIGURES = [  # key, label, format
     ("started_warm", "run -> started (warm) s", ".1f"),
     ("seen_median", "step seen median s", ".1f"),
     ("seen_max", "step seen max s", ".1f"),
-    ("poll_wall", "poll wall s", ".2f"),
+    ("poll_wall", "poll wait s (median)", ".2f"),
     ("poll_period", "poll period s", ".2f"),
     ("poll_cpu", "ctl CPU-s/poll", ".2f"),
     ("poll_cpu_node", "ctl CPU-s/node/poll", ".3f"),
@@ -516,8 +516,14 @@ def table(rows: list[dict[str, Any]], title: str) -> str:
             if key in LOADS and r.get(LOADS[key]) is not None:
                 cell += f" (load {r[LOADS[key]]:.1f})"
             cells.append(cell)
-        line = slope([(r["hosts"], r[key]) for r in rows if r.get(key) is not None])
-        if line:
+        per_node = key.endswith("_node")  # fitted as a total per poll (a + b N), projected as (a + b N) / N
+        line = slope(
+            [(r["hosts"], r[key] * (r["hosts"] if per_node else 1)) for r in rows if r.get(key) is not None]
+        )
+        if line and per_node:
+            a, b = line
+            extra = [f"{b:+.4f} (total)", fmt((a + b * 128) / 128, spec), fmt((a + b * 512) / 512, spec)]
+        elif line:
             a, b = line
             extra = [
                 format(b, "+.4f" if abs(b) < 0.01 else "+.3f"),
