@@ -119,10 +119,11 @@ def launcher_timed(args: list[str]) -> None:
 
         return wrapper
 
-    from launcher.backends import agent_stream, ssh  # noqa: PLC0415
+    from launcher.backends import agent_stream, ssh, ssh_stream  # noqa: PLC0415
     from launcher.backends.base import PollEach  # noqa: PLC0415
 
     agent_stream.AgentStream.poll = timed("poll", agent_stream.AgentStream.poll)  # type: ignore[method-assign]
+    ssh_stream.SshStream.poll = timed("poll", ssh_stream.SshStream.poll)  # type: ignore[method-assign]
     PollEach.poll = timed("poll", PollEach.poll)  # type: ignore[method-assign]
     ssh.SshBackend.stop = timed("stop", ssh.SshBackend.stop)  # type: ignore[method-assign]
     ssh.SshBackend.collect = timed("collect", ssh.SshBackend.collect)  # type: ignore[method-assign]
