@@ -8,7 +8,7 @@ import pytest
 
 from launcher.commands.logs import rank_lines, show_logs
 from launcher.exceptions import ConfigurationError
-from launcher.runs import RunDir
+from launcher.rundir.runs import RunDir
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,8 +45,8 @@ def test_logs_of_an_active_run_fetch_only_the_node_asked_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One node's log is one node's collect, not every node's (the playbook's hosts: ``Job.hosts``)."""
-    from launcher.job import Job  # noqa: PLC0415
-    from launcher.runner import PlaybookResult  # noqa: PLC0415
+    from launcher.backends.runner import PlaybookResult  # noqa: PLC0415
+    from launcher.engine.job import Job  # noqa: PLC0415
 
     monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
     run = RunDir.create("lg-20261207-000000-abcd", {"hosts": ["host1", "host2", "host3"], "backend": "ssh"})

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from launcher.backends.runner import PlaybookRunner
 from launcher.backends.slurm import SlurmBackend, SlurmHandle
-from launcher.runner import PlaybookRunner
-from launcher.runs import RunDir
-from launcher.verdict import Verdict
+from launcher.follow.verdict import Verdict
+from launcher.rundir.runs import RunDir
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -15,11 +15,11 @@ import pytest
 
 from launcher.backends import ssh_stream
 from launcher.backends.agent_stream import AgentStream
+from launcher.backends.runner import PlaybookResult, PlaybookRunner
 from launcher.backends.ssh import SshBackend
 from launcher.backends.ssh_stream import SshStream, ssh_argv
 from launcher.data import mift_contract as contract
-from launcher.runner import PlaybookResult, PlaybookRunner
-from launcher.runs import RunDir
+from launcher.rundir.runs import RunDir
 
 AGENT_DIR = Path(__file__).parents[2] / "python" / "launcher" / "data"
 AGENT_FILES = ("mift_agent.py", "mift_contract.py", "mift_probe.py", "mift_gpu.py")

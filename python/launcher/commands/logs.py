@@ -13,7 +13,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import OK, ExitCode
 
 if TYPE_CHECKING:
-    from launcher.runs import RunDir, RunRecord
+    from launcher.rundir.runs import RunDir, RunRecord
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -74,8 +74,8 @@ def _log_path(run: RunDir, host: str) -> str:
 def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> ExitCode:
     """Print (and with ``follow``, keep printing) one node's trainer log (``rank``: only that global rank's
     lines, from its node's log)."""
-    from launcher.job import Job, is_final  # noqa: PLC0415 - `--help` imports no engine
-    from launcher.runs import find_run  # noqa: PLC0415
+    from launcher.engine.job import Job, is_final  # noqa: PLC0415 - `--help` imports no engine
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
     record = run.record()
