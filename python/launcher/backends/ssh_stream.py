@@ -2,8 +2,9 @@
 
 With the one poll playbook of :mod:`launcher.backends.agent_stream`, every answer of every node is an Ansible
 task attempt on the controller (a worker's templating, an ``ssh`` client started, the result sent back as an
-event through ansible-runner): about 0.1 CPU-s of the controller per node and poll at 32-64 nodes
-(docs/measurements.md "Control plane at scale"), which grows with the node count and takes a core at 64 nodes.
+event through ansible-runner): 0.026 CPU-s of the controller per node and poll at 64 test hosts, and each
+node's next answer waits for its attempt after the delay, so the poll period stretched from 6.7 s to 10 s
+(docs/measurements.md "Control plane at scale"); streamed: 0.001 CPU-s a node, the period the interval.
 From :data:`STREAM_FROM_NODES` nodes on, the ssh backend follows a run this way instead: one playbook
 (playbooks/ssh_targets.yml) hands back each node's ssh destination as the inventory gives it, then one
 ``ssh`` per node runs the agent's ``watch`` (``status`` as one JSON line every poll interval, for
