@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from launcher.backends.agent import collect_agents, poll_agents, stop_agents
 from launcher.backends.agent_stream import AgentStream
 from launcher.backends.base import Backend, Handle, recovery_or_note
+from launcher.backends.ssh_stream import STREAM_FROM_NODES, SshStream
 from launcher.data import mift_contract as contract
 
 if TYPE_CHECKING:
@@ -32,8 +33,8 @@ class SshHandle(Handle):
 
 
 class SshBackend(Backend):
-    """Start through playbooks/launch.yml, poll through poll.yml (a follow: poll_stream.yml), stop through
-    stop.yml."""
+    """Start through playbooks/launch.yml, poll through poll.yml (a follow: poll_stream.yml; of many nodes:
+    one ssh session per node, ssh_stream.py), stop through stop.yml."""
 
     name: ClassVar[str] = "ssh"
 
@@ -86,8 +87,11 @@ class SshBackend(Backend):
         """Ask every node's agent."""
         return poll_agents(job)
 
-    def poller(self, job: RunNodes, interval_s: float) -> AgentStream:
-        """Ask every node's agent through one playbook for the whole follow (poll_stream.yml)."""
+    def poller(self, job: RunNodes, interval_s: float) -> AgentStream | SshStream:
+        """Ask every node's agent through one playbook for the whole follow (poll_stream.yml); from
+        STREAM_FROM_NODES nodes on through one ssh session per node (backends/ssh_stream.py)."""
+        if len(job.hosts) >= STREAM_FROM_NODES:
+            return SshStream(job, interval_s)
         return AgentStream(job, interval_s)
 
     def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:

@@ -81,7 +81,14 @@ def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> 
     record = run.record()
     host = _host(record, node) if rank is None else _rank_host(record, rank)
     printed = 0
+    from launcher.backends.slurm_shared import SharedSlurmBackend  # noqa: PLC0415
+
     job = Job(run, record) if not is_final(record) else None
+    if job is not None and not isinstance(job.backend, SharedSlurmBackend):
+        # fetch only the node asked for: one Ansible task, not one a node of the run (`logs` of a 64-node run
+        # collected every node: docs/measurements.md "Control plane at scale"); the login-host-only Slurm
+        # mode fetches every rank through the login host at once
+        job.hosts = [host]
     active = job is not None
     while True:
         if job is not None:
