@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--gpu-min-membw-gbs", type=float, default=0.0, help="copy bandwidth floor per GPU (0: none)"
     )
+    p.add_argument("--json", action="store_true", help='one JSON object (docs/launcher.md "JSON output")')
     p.set_defaults(func=_cmd_check)
     return p
 
@@ -64,4 +65,5 @@ def _cmd_check(args: argparse.Namespace) -> ExitCode:
         gpu_test=not args.no_gpu_test,
         gpu_min_tflops=args.gpu_min_tflops,
         gpu_min_membw_gbs=args.gpu_min_membw_gbs,
+        as_json=args.json,
     )
