@@ -102,7 +102,8 @@ def show_logs(
         except OSError:
             data = b""
         # a rank's lines, JSON lines: whole lines only (the rest comes with the next fetch)
-        whole = (rank is None and not as_json) or not follow or not active
+        # (a rank's lines: whole lines only; JSON lines: the last part too once nothing more comes)
+        whole = rank is None and (not as_json or not follow or not active)
         end = len(data) if whole else data.rfind(b"\n") + 1
         if end > printed:
             text = data[printed:end].decode("utf-8", "replace")
