@@ -67,7 +67,7 @@ class Cause:
     causes: tuple[str, ...] = ()  # what it was raised from (``raise ... from err``), the nearest first
 
     def text(self, run_path: Path | None = None) -> str:
-        """Return ``Type: message <- Cause: message (raised first by host2 rank 1, then 3 more; read LOG)``."""
+        """Return ``Type: message <- Cause: message (raised first by host2 rank 1, then 3 more; read L)``."""
         log = str(run_path / self.log) if run_path is not None else self.log
         others = f", then {self.ranks_failed - 1} more" if self.ranks_failed > 1 else ""
         where = f"raised first by {self.host} rank {self.rank}{others}"

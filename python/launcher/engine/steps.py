@@ -45,6 +45,7 @@ from launcher.follow import follow
 from launcher.inventory import check_hosts, spare_hosts
 from launcher.job import Job
 from launcher.jobspec import mask_env
+from launcher.lease import BACKENDS, take_leases
 from launcher.merge import merge_after_run
 from launcher.nodeenv import masked
 from launcher.planning.training import out_of_memory_line, replan_after_oom
@@ -162,6 +163,7 @@ def run_job(
     resume: ResumeFrom | None = None,
     backend: str | None = None,
     preflight_once: PreflightOnce | None = None,
+    force: bool = False,
 ) -> RunDir:
     """Run a job end to end; return its run directory (its record's status says how it ended,
     :func:`launcher.runs.exit_code_of` the exit code); bad input raises (2), as does a run rejected or failed
@@ -169,6 +171,7 @@ def run_job(
 
     ``preflight_once``: facts one preflight learnt about exactly this job's hosts, reused instead of running
     preflight again (the probe's candidates, one after the other on the same node); kept there when empty.
+    ``force``: take over the GPU lease of another live run (launcher.lease).
     """
     out = out or sys.stdout
     inv = inventory.resolve() if inventory else None
@@ -231,6 +234,12 @@ def run_job(
             failed = "failed" if isinstance(err, JobFailedError) else "rejected"
             _ended_before_start(run, "stopped" if interrupted.is_set() else failed, err)
             raise
+        if handle.backend in BACKENDS:
+            try:  # the nodes' GPUs are this run's from here to its finish
+                take_leases(runner, run, facts.hosts, force=force, out=out)
+            except LauncherError as err:
+                _ended_before_start(run, "stopped" if interrupted.is_set() else "rejected", err)
+                raise
         spares = spare_hosts(spec, inv) if recover else []
         _attempt_loop(
             run,
