@@ -1,5 +1,5 @@
-"""The per-node GPU lease on the test hosts (docs/launcher.md "GPU lease"): a second run against the nodes of a
-running one is refused in one line naming the first and its owner; a lease left by a killed controller whose
+"""The per-node GPU lease on the test hosts (docs/launcher.md "GPU lease"): a second run against the nodes of
+a running one is refused in one line naming the first and its owner; a lease left by a killed controller whose
 trainers are gone is taken over by the next run, which says so; a run's finish gives its lease back.
 ``status --json`` of the running run is read back on the way (docs/launcher.md "JSON output")."""
 
@@ -38,10 +38,10 @@ def test_second_run_refused_and_killed_controllers_lease_taken_over(
     fault_record.update(
         case="lease-busy-nodes-and-stale-lease",
         group="2 faults",
-        input="run A on both hosts (paced); while it runs, run B on the same hosts; then SIGKILL A's launcher "
-        "and kill A's trainers on the hosts (their process group); then run C",
-        expected="B exits 1 with one line naming run A and its owner, nothing started; C takes over A's stale "
-        "lease saying so, succeeds, and gives the lease back (no lease file left)",
+        input="run A on both hosts (paced); while it runs, run B on the same hosts; then SIGKILL A's "
+        "launcher and kill A's trainers on the hosts (their process group); then run C",
+        expected="B exits 1 with one line naming run A and its owner, nothing started; C takes over A's "
+        "stale lease saying so, succeeds, and gives the lease back (no lease file left)",
     )
     name_a, name_b, name_c = "faults-lease-a", "faults-lease-b", "faults-lease-c"
     proc, _log = cluster.start(
