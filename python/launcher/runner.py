@@ -223,9 +223,6 @@ class PlaybookRunner:
             # (ansible-runner's cwd), whose path is too long for an ssh ControlPath socket
             "ANSIBLE_SSH_CONTROL_PATH_DIR": str(ANSIBLE_HOME / "cp"),
             "ANSIBLE_NOCOLOR": "1",
-            # ansible.cfg's callbacks (provisioning progress, mift.cluster.progress) are provision.yml's: the
-            # installed launcher has no mift.cluster collection to load them from
-            "ANSIBLE_CALLBACKS_ENABLED": "",
         }
         env.update({k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ})
         return env
