@@ -18,7 +18,7 @@ import re
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from launcher.runs import RunDir, RunRecord
+    from launcher.rundir.runs import RunDir, RunRecord
 
 SCHEMA = 1
 # the keys of a ``run`` object, in the order printed (a test reads them back: tests/unit/test_json_out.py)

@@ -22,13 +22,13 @@ from pathlib import PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
 from launcher.exceptions import JobFailedError
-from launcher.nodelayout import layout
+from launcher.spec.nodelayout import layout
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from launcher.runner import PlaybookRunner
-    from launcher.runs import RunDir
+    from launcher.backends.runner import PlaybookRunner
+    from launcher.rundir.runs import RunDir
 
 LEASE_NAME = "gpu-lease.json"
 # a lease with no process of its run on the node is stale this long after it was taken: longer than a start

@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 job failed, 2 bad input, 3 no runs. Set LAUNCHER_DEBUG=1 for tracebacks.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.set_defaults(root_parser=parser)  # `completion` generates its script from this parser
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"launcher.commands.{name}")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher.commands.completion import completion_script
+from launcher.main import build_parser
 
 COMPLETE = """
 source "$1"
@@ -23,7 +24,7 @@ printf '%s\\n' "${COMPREPLY[@]}"
 
 def _complete(tmp_path: Path, words: str, current: str, runs: Path) -> list[str]:
     script = tmp_path / "mi300x-launcher.bash"
-    script.write_text(completion_script("bash"))
+    script.write_text(completion_script("bash", build_parser()))
     out = subprocess.run(
         ["bash", "-c", COMPLETE, "complete", str(script), words, current],
         capture_output=True,
@@ -66,6 +67,6 @@ def test_bash_completes_commands_and_options(tmp_path: Path, runs: Path) -> None
 
 
 def test_zsh_script_names_the_run_id_function() -> None:
-    script = completion_script("zsh")
+    script = completion_script("zsh", build_parser())
     assert script.startswith("#compdef mi300x-launcher")
     assert "_mift_run_ids() {" in script and ":_mift_run_ids" in script

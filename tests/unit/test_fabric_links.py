@@ -13,7 +13,7 @@ from launcher.planning.hardware import MI300X
 from launcher.planning.memory import Cluster, Strategy, Workload
 from launcher.planning.model import ModelShape
 from launcher.planning.speed import tokens_per_second
-from launcher.preflight import NodeFacts
+from launcher.preflight.checks import NodeFacts
 
 if TYPE_CHECKING:
     import pytest

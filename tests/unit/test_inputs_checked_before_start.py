@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
+from launcher.backends.runner import PlaybookResult
 from launcher.data import mift_probe
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import parse_job_spec
 from launcher.main import cli
-from launcher.preflight import MODEL_FILES, NodePath, node_paths, run_preflight
-from launcher.report import steps_text
-from launcher.runner import PlaybookResult
-from launcher.runs import RunRecord
+from launcher.preflight.checks import MODEL_FILES, NodePath, node_paths, run_preflight
+from launcher.rundir.report import steps_text
+from launcher.rundir.runs import RunRecord
+from launcher.spec.jobspec_load import parse_job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "configs" / "train" / "tiny_cpu_lora_sft.yaml"

@@ -8,7 +8,7 @@ import pytest
 
 from launcher.commands.logs import rank_lines, show_logs
 from launcher.exceptions import ConfigurationError
-from launcher.runs import RunDir
+from launcher.rundir.runs import RunDir
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.exceptions import ConfigurationError
-from launcher.runs import RunDir, find_run, list_runs, new_run_id
+from launcher.rundir.runs import RunDir, find_run, list_runs, new_run_id
 
 
 @pytest.fixture(autouse=True)

@@ -50,18 +50,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _cmd_completion(args: argparse.Namespace) -> ExitCode:
-    print(completion_script(args.shell), end="")
+    print(completion_script(args.shell, args.root_parser), end="")
     return OK
 
 
-def completion_script(shell: str) -> str:
-    """Return the completion script of ``shell`` for the launcher's parser."""
+def completion_script(shell: str, parser: argparse.ArgumentParser) -> str:
+    """Return the completion script of ``shell`` for the parser (``launcher.main.build_parser``)."""
+    import copy  # noqa: PLC0415
+
     import shtab  # noqa: PLC0415 - only this command needs it
 
-    from launcher.main import build_parser  # noqa: PLC0415 - main imports this module
-    from launcher.repo import STATE_DIR  # noqa: PLC0415
+    from launcher.spec.repo import STATE_DIR  # noqa: PLC0415
 
-    parser = build_parser()
+    parser = copy.copy(parser)
     parser.prog = PROG
     script: str = shtab.complete(parser, shell=shell, preamble=_preamble(shell, str(STATE_DIR / "runs")))
     return script

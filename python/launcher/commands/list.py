@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from launcher.exit_codes import OK, ExitCode
 
 if TYPE_CHECKING:
-    from launcher.runs import RunRecord
+    from launcher.rundir.runs import RunRecord
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _cmd_list(args: argparse.Namespace) -> ExitCode:
     from launcher.exceptions import NoRunsError  # noqa: PLC0415
-    from launcher.runs import list_runs, runs_root  # noqa: PLC0415 - `--help` imports no engine
+    from launcher.rundir.runs import list_runs, runs_root  # noqa: PLC0415 - `--help` imports no engine
 
     runs = list_runs()
     if not runs:

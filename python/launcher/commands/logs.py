@@ -14,7 +14,7 @@ from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import OK, ExitCode
 
 if TYPE_CHECKING:
-    from launcher.runs import RunDir, RunRecord
+    from launcher.rundir.runs import RunDir, RunRecord
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -82,9 +82,9 @@ def show_logs(
 ) -> ExitCode:
     """Print (and with ``follow``, keep printing) one node's trainer log (``rank``: only that global rank's
     lines, from its node's log)."""
-    from launcher.job import Job, is_final  # noqa: PLC0415 - `--help` imports no engine
+    from launcher.engine.job import Job, is_final  # noqa: PLC0415 - `--help` imports no engine
     from launcher.json_out import log_objects, write  # noqa: PLC0415
-    from launcher.runs import find_run  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
     record = run.record()

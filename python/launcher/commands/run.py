@@ -1,11 +1,11 @@
-"""``run JOB``: the adapter of :func:`launcher.engine.steps.run_job` (validate, preflight, start, follow)."""
+"""``run JOB``: the adapter of :func:`launcher.engine.run.run_job` (validate, preflight, start, follow)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.runs import exit_code_of
+from launcher.rundir.runs import exit_code_of
 
 if TYPE_CHECKING:
     import argparse
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _cmd_run(args: argparse.Namespace) -> ExitCode:
-    from launcher.engine.steps import run_job  # noqa: PLC0415 - `--help` imports no engine
+    from launcher.engine.run import run_job  # noqa: PLC0415 - `--help` imports no engine
 
     if args.resume is None and args.job is None:
         args.parser.error("the following arguments are required: job")
@@ -75,7 +75,7 @@ def _resume_source(ref: str, inventory: Path | None) -> tuple[Path, Path | None,
     """Return the job spec, inventory and output_dir of the run ``ref`` to resume."""
     from launcher.engine.plan import ResumeFrom  # noqa: PLC0415
     from launcher.exceptions import ConfigurationError  # noqa: PLC0415
-    from launcher.runs import find_run  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     old = find_run(ref)
     record = old.record()

@@ -37,9 +37,9 @@ def show_status(ref: str | None, *, as_json: bool = False) -> ExitCode:
     """Print a run's status; poll and, when nobody follows it, finish an active run (the engine's finish
     step)."""
     from launcher.engine.finish import finish  # noqa: PLC0415
-    from launcher.job import Job, is_final, launcher_alive  # noqa: PLC0415
-    from launcher.report import status_lines  # noqa: PLC0415
-    from launcher.runs import find_run  # noqa: PLC0415
+    from launcher.engine.job import Job, is_final, launcher_alive  # noqa: PLC0415
+    from launcher.rundir.report import status_lines  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
     record = run.record()
@@ -47,7 +47,7 @@ def show_status(ref: str | None, *, as_json: bool = False) -> ExitCode:
     if not is_final(record) and record.hosts and live:
         job = Job(run, record)
         nodes = job.poll()
-        run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
+        run.set_nodes({h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
         verdict = job.judge(nodes)
         if verdict.state != "running" and not launcher_alive(record):
             finish(job, verdict, nodes)

@@ -32,10 +32,10 @@ def _cmd_stop(args: argparse.Namespace) -> ExitCode:
 def stop_run(ref: str) -> ExitCode:
     """Stop the run everywhere; exit 0 when nothing is left running on any node."""
     from launcher.engine.finish import finish  # noqa: PLC0415
-    from launcher.job import Job, is_final  # noqa: PLC0415
-    from launcher.report import print_summary  # noqa: PLC0415
-    from launcher.runs import find_run  # noqa: PLC0415
-    from launcher.verdict import Verdict  # noqa: PLC0415
+    from launcher.engine.job import Job, is_final  # noqa: PLC0415
+    from launcher.follow.verdict import Verdict  # noqa: PLC0415
+    from launcher.rundir.report import print_summary  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
     record = run.record()

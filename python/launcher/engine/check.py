@@ -31,13 +31,13 @@ from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.fabric import links
 from launcher.fabric.accept import accept_nodes
-from launcher.nodelayout import layout
+from launcher.spec.nodelayout import layout
 
 if TYPE_CHECKING:
+    from launcher.backends.runner import PlaybookRunner
     from launcher.fabric.env import NodeFabric
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodeFacts
-    from launcher.runner import PlaybookRunner
+    from launcher.preflight.checks import NodeFacts
+    from launcher.spec.jobspec import JobSpec
 
 # the rounds' ports start here, above the job's master_port (nothing of the job runs during a check)
 PORT_OFFSET = 10
@@ -199,12 +199,12 @@ def run_check(  # noqa: PLR0915 - the check's steps in order, text and JSON from
 ) -> ExitCode:
     """Check the job's nodes and links; print the tables and one line per bad node or link (``as_json``: one
     ``check`` object instead, launcher.json_out)."""
-    from launcher import runner as runner_module  # noqa: PLC0415
+    from launcher.backends import runner as runner_module  # noqa: PLC0415
     from launcher.engine.plan import fabric_of  # noqa: PLC0415
     from launcher.fabric.env import node_fabric  # noqa: PLC0415
-    from launcher.inventory import check_hosts  # noqa: PLC0415
-    from launcher.nodeenv import render_node_env  # noqa: PLC0415
-    from launcher.preflight import run_preflight  # noqa: PLC0415
+    from launcher.preflight.checks import run_preflight  # noqa: PLC0415
+    from launcher.preflight.nodeenv import render_node_env  # noqa: PLC0415
+    from launcher.spec.inventory import check_hosts  # noqa: PLC0415
     from launcher.validation.job import load_job  # noqa: PLC0415
 
     out = out or sys.stdout
@@ -218,7 +218,7 @@ def run_check(  # noqa: PLR0915 - the check's steps in order, text and JSON from
     check_hosts(spec, inv, job_path)
     run_id = time.strftime("check-%Y%m%d-%H%M%S")
     workdir = Path(tempfile.mkdtemp(prefix="mift-check-"))
-    runner = runner_module.PlaybookRunner(workdir, inventory=inv)
+    runner = runner_module.make_runner(workdir, inventory=inv)
     facts = run_preflight(runner, spec, run_id, probe_args=["--gpu-tools"] if gpu_tools else [])
     derived = fabric_of(spec, facts)
     envs = render_node_env(

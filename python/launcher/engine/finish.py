@@ -10,12 +10,12 @@ from typing import IO, TYPE_CHECKING
 
 from launcher.data import mift_contract as contract
 from launcher.lease import BACKENDS, release_leases
-from launcher.report import print_summary
+from launcher.rundir.report import print_summary
 
 if TYPE_CHECKING:
-    from launcher.job import Job
-    from launcher.metrics import Summary
-    from launcher.verdict import Verdict
+    from launcher.engine.job import Job
+    from launcher.follow.verdict import Verdict
+    from launcher.rundir.metrics import Summary
 
 
 def finish(

@@ -4,7 +4,7 @@ The job spec's ``plan`` key (docs/planner.md, "Opting in"):
 
 * ``as_written`` (the default): the training YAML runs as written; ``deepspeed: auto`` picks only a
   strategy at the YAML's own split (the fixed-split plan,
-  :func:`launcher.planning.training.choose_deepspeed_config`);
+  :func:`launcher.planning.training_yaml.choose_deepspeed_config`);
 * ``auto``: the planner (:func:`launcher.planning.training.plan_training`) re-splits the YAML's global batch
   (micro-batch x gradient accumulation x GPUs, kept exactly) and the engine's plan step writes its
   ``per_device_train_batch_size``, ``gradient_accumulation_steps`` and ``disable_gradient_checkpointing`` into
@@ -24,13 +24,14 @@ from launcher.planning.dsconfig import strategy_of_config
 from launcher.planning.hardware import DEFAULT_GPU_MEM_GIB, MI300X, Accelerator, accelerator_named
 from launcher.planning.memory import SAFETY_MARGIN, SPEED_RANK, Cluster, Strategy
 from launcher.planning.model import resolve_shape
-from launcher.planning.training import TrainingPlan, plan_training_from_yaml
+from launcher.planning.training import TrainingPlan
+from launcher.planning.training_yaml import plan_training_from_yaml
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-    from launcher.preflight import NodeFacts
+    from launcher.preflight.checks import NodeFacts
     from launcher.validation.job import LoadedJob
 
 PLAN_MODES = ("as_written", "auto", "probe")

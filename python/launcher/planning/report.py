@@ -19,8 +19,8 @@ def _row(cells: list[str], widths: list[int]) -> str:
 
 
 def render(plan: TrainingPlan) -> str:
-    """Return the human plan of a fixed split (:func:`launcher.planning.training.plan_as_written`): inputs,
-    the per-strategy table (GiB per GPU / per host), the choice and why."""
+    """Return the human plan of a fixed split (:func:`launcher.planning.training_yaml.plan_as_written`):
+    inputs, the per-strategy table (GiB per GPU / per host), the choice and why."""
     w, c = plan.workload, plan.cluster
     head = (
         f"model {w.model.total_params() / 1e9:.2f} B params "

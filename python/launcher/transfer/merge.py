@@ -16,17 +16,17 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from launcher import nodecall
 from launcher.exceptions import JobFailedError
-from launcher.nodelayout import layout
+from launcher.spec.nodelayout import layout
+from launcher.transfer import nodecall
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from launcher.backends.runner import PlaybookRunner
     from launcher.engine.plan import RunPlan
-    from launcher.jobspec import MergeOptions
-    from launcher.runner import PlaybookRunner
-    from launcher.runs import RunDir
+    from launcher.rundir.runs import RunDir
+    from launcher.spec.jobspec import MergeOptions
 
 MERGED_DIR = "merged"
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -105,7 +105,8 @@ def merge_after_run(
     """Merge and check after a successful run when the job wants it (``train``: the training YAML as shipped);
     raises JobFailedError (one line) when the merge or its check fails: the run stays succeeded, ``merge`` in
     the record says what went wrong."""
-    from launcher.staging import manifest_digest, node_connections  # noqa: PLC0415
+    from launcher.transfer.manifest import manifest_digest  # noqa: PLC0415
+    from launcher.transfer.staging import node_connections  # noqa: PLC0415
 
     spec = plan.spec
     options = spec.merge
@@ -122,7 +123,7 @@ def merge_after_run(
     folder = run.path / "merge"
 
     def fail(line: str, **fields: Any) -> JobFailedError:  # noqa: ANN401 - JSON values
-        run.update(merge={"status": "failed", "host": host, "error": line, **fields})
+        run.set_merge({"status": "failed", "host": host, "error": line, **fields})
         return JobFailedError(f"merge: {line}")
 
     if host is None:
@@ -187,7 +188,7 @@ def merge_after_run(
     differs = first_difference(rows)
     if differs or not rows:
         raise fail(f"smoke check: {differs or 'no prompt was checked'}", **record)
-    run.update(merge={"status": "checked", **record, "total_s": round(time.monotonic() - t0, 2)})
+    run.set_merge({"status": "checked", **record, "total_s": round(time.monotonic() - t0, 2)})
     print(
         f"merge: smoke check: {len(rows)}/{len(rows)} prompts give the same {options.max_new_tokens} greedy "
         f"tokens from the merged model and from base + adapter ({answer.get('check_seconds')} s)",

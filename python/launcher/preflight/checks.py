@@ -11,16 +11,16 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError, JobFailedError
-from launcher.nodeenv import mi300x_env, provisioned_env, resolve_nproc
+from launcher.preflight.nodeenv import mi300x_env, provisioned_env, resolve_nproc
+from launcher.preflight.torch_answers import TorchAnswers
+from launcher.preflight.torchinfo import cuda_hosts, cuda_note, torch_gpu_mem_gib, torch_stack
 from launcher.problems import Problem
-from launcher.torch_answers import TorchAnswers
-from launcher.torchinfo import cuda_hosts, cuda_note, torch_gpu_mem_gib, torch_stack
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from launcher.jobspec import JobSpec
-    from launcher.runner import PlaybookRunner
+    from launcher.backends.runner import PlaybookRunner
+    from launcher.spec.jobspec import JobSpec
 
 # stack fact keys that differ per host by nature and are not versions
 _NOT_VERSIONS = ("host", "hostname", "time", "date", "checked", "path", "node")
@@ -326,7 +326,7 @@ def apply_torch_facts(facts: NodeFacts) -> None:
 
     ``mift_gpus`` (gfx942 verification) and ``mift_stack`` (the ROCm stack) come from provisioning ROCm nodes;
     a CUDA node has neither, so its torch's versions stand in for the stack fact and the GPU count comes from
-    torch (:func:`launcher.nodeenv.resolve_nproc`). A job mixing CUDA and ROCm nodes is refused.
+    torch (:func:`launcher.preflight.nodeenv.resolve_nproc`). A job mixing CUDA and ROCm nodes is refused.
     """
     cuda = cuda_hosts(facts.hosts, facts.torch)
     if not cuda:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from pathlib import Path
 
-    from launcher.runner import PlaybookResult
+    from launcher.backends.runner import PlaybookResult
 
 
 def first_gpu_fault(hosts: Iterable[str], nodes: dict[str, contract.NodeStatus]) -> str:

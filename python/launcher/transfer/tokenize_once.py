@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from launcher import nodecall
 from launcher.exceptions import JobFailedError
-from launcher.staging import (
+from launcher.transfer import nodecall
+from launcher.transfer.manifest import (
     Manifest,
     StageItem,
     build_manifest,
@@ -32,16 +32,16 @@ from launcher.staging import (
     files,
     human,
     manifest_digest,
-    send_folders,
 )
+from launcher.transfer.staging import send_folders
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Mapping
 
+    from launcher.backends.runner import PlaybookRunner
     from launcher.engine.plan import RunPlan
-    from launcher.runner import PlaybookRunner
-    from launcher.staging import StageOutcome
+    from launcher.transfer.staging import StageOutcome
 
 KEY_FORMAT = 1
 TOKENIZED_DIR_ENV = "MIFT_TOKENIZED_DIR"

@@ -7,17 +7,17 @@ import time
 from typing import IO, TYPE_CHECKING, Any
 
 from launcher.data import mift_contract as contract
-from launcher.telemetry import WarningOnce
-from launcher.verdict import Verdict
-from launcher.watchdog import HOLDING_STATES
+from launcher.follow.telemetry import WarningOnce
+from launcher.follow.verdict import Verdict
+from launcher.follow.watchdog import HOLDING_STATES
 
 if TYPE_CHECKING:
     import threading
     from collections.abc import Mapping
 
+    from launcher.engine.job import Job
     from launcher.fabric.runtime import TransportWatch
-    from launcher.job import Job
-    from launcher.watchdog import ProgressWatch
+    from launcher.follow.watchdog import ProgressWatch
 
 # NODE: the node rank; RANKS: the global ranks of its trainer processes (a held one with its state letter)
 COLUMNS = ("HOST", "NODE", "RANKS", "STATE", "STEP", "LOSS", "TOK/S", "ELAPSED", "ETA")

@@ -1,6 +1,7 @@
 """One request to the node program ``data/mift_prepare.py`` on one node, over the ssh Ansible uses.
 
-Tokenizing once (:mod:`launcher.tokenize_once`) and merging after a run (:mod:`launcher.merge`) each run one
+Tokenizing once (:mod:`launcher.transfer.tokenize_once`) and merging after a run
+(:mod:`launcher.transfer.merge`) each run one
 LLaMA-Factory step on one node, in the node venv's interpreter: the request goes as JSON on stdin (the
 trainer's environment may hold tokens: never on a command line), the answer is the last stdout line, and what
 the libraries print is kept in a log file of the run.
@@ -41,7 +42,7 @@ def call(
 ) -> dict[str, Any]:
     """Run ``verb`` with ``request`` on the node; its stderr goes to ``log``. Never raises for the node's
     failure: the answer has ``ok`` false and ``error`` one line."""
-    from launcher.jobspec import RESERVED_ENV  # noqa: PLC0415
+    from launcher.spec.jobspec import RESERVED_ENV  # noqa: PLC0415
 
     # the trainer's environment without the torchrun rendezvous: one process, no distributed start
     env = {k: v for k, v in (request.get("env") or {}).items() if k not in RESERVED_ENV}

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from launcher.data import mift_contract as contract
-from launcher.recovery import cause_order
-from launcher.telemetry import first_gpu_fault
+from launcher.follow.recovery import cause_order
+from launcher.follow.telemetry import first_gpu_fault
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

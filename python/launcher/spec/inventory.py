@@ -17,15 +17,30 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.config_io import load_yaml_text
 from launcher.exceptions import ConfigurationError
-from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, CHECKOUT
+from launcher.spec.config_io import load_yaml_text
+from launcher.spec.repo import ANSIBLE_CFG, ANSIBLE_HOME, CHECKOUT
 
 if TYPE_CHECKING:
-    from launcher.jobspec import JobSpec
+    from launcher.spec.jobspec import JobSpec
 
 # a pattern element that is a plain host or group name (not a wildcard, range, regex or exclusion)
 PLAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+INVENTORY_NOT_FOUND = "inventory not found"  # the one wording, wherever an inventory named is missing
+
+
+def inventory_not_found(inventory: Path | str) -> ConfigurationError:
+    """The error for an inventory that was named but is not there."""
+    return ConfigurationError(f"{inventory}: {INVENTORY_NOT_FOUND}")
+
+
+def existing_inventory(inventory: Path | None) -> Path | None:
+    """The ``-i`` inventory resolved (None: the default); bad input (named, not there) raises at the file."""
+    inv = inventory.resolve() if inventory else None
+    if inv is not None and not inv.exists():
+        raise ConfigurationError.at(inventory or inv, "(file)", INVENTORY_NOT_FOUND, "file")
+    return inv
 
 
 def default_inventory() -> Path | None:
@@ -163,7 +178,7 @@ def check_hosts(spec: JobSpec, inventory: Path | None, source: Path) -> None:
             )
         return
     if not inv.exists():
-        raise ConfigurationError(f"{inv}: inventory not found")
+        raise inventory_not_found(inv)
     hosts, groups = inventory_names(inv)
     if isinstance(spec.hosts, list):
         wanted = list(spec.hosts)

@@ -13,14 +13,11 @@ import string
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from launcher import recovery
-from launcher.config_io import decode_text, load_yaml_text, read_config_bytes
-from launcher.exceptions import ConfigurationError
-from launcher.nodelayout import layout
-from launcher.problems import Problem
-from launcher.watchdog import WatchdogOptions
+from launcher.follow import recovery
+from launcher.follow.watchdog import WatchdogOptions
+from launcher.spec.nodelayout import layout
 
 SECRET_RE = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -51,9 +48,10 @@ class Timeouts(_Strict):
 
 
 class RecoveryPolicy(_Strict):
-    """What the launcher does when an attempt fails while it follows the run (launcher.recovery).
+    """What the launcher does when an attempt fails while it follows the run (launcher.follow.recovery).
 
-    The defaults live in :mod:`launcher.recovery` (one place); ``max_restarts: 0`` switches recovery off.
+    The defaults live in :mod:`launcher.follow.recovery` (one place); ``max_restarts: 0`` switches recovery
+    off.
     """
 
     max_restarts: Annotated[int, Field(ge=0, le=100)] = recovery.DEFAULT_MAX_RESTARTS
@@ -64,7 +62,7 @@ class RecoveryPolicy(_Strict):
     # out of memory under plan: auto/probe: the next attempt runs the next plan that fits with a larger margin
     replan_oom: bool = recovery.DEFAULT_REPLAN_OOM
     # an inventory group (or host list) of spare nodes: one takes the place of a node a failure excludes
-    # (launcher.recovery.excluded_after); needs output_shared (docs/launcher.md "Spares")
+    # (launcher.follow.recovery.excluded_after); needs output_shared (docs/launcher.md "Spares")
     spares: str | None = None
 
     @field_validator("retry_on")
@@ -200,7 +198,7 @@ class Staging(_Strict):
     # where the nodes keep their hash cache of staged files (node path)
     node_cache: str = "/var/lib/mift/stage-hashes.json"
     # with model and dataset_dir staged: the first node tokenizes, every node gets the copy of the cache key
-    # (launcher/tokenize_once.py, docs/launcher.md "Tokenize once")
+    # (launcher/transfer/tokenize_once.py, docs/launcher.md "Tokenize once")
     tokenize_once: bool = True
 
     @model_validator(mode="after")
@@ -245,7 +243,8 @@ MERGE_PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a t
 
 
 class MergeOptions(_Strict):
-    """Job spec ``merge``: merge the adapter into the base model after a successful run (launcher/merge.py,
+    """Job spec ``merge``: merge the adapter into the base model after a successful run
+    (launcher/transfer/merge.py,
     docs/launcher.md "Merge after the run"; the one place of the defaults)."""
 
     # None: merge when the job stages its model (the base is then on every node, verified) and trains LoRA
@@ -309,12 +308,12 @@ class JobSpec(_Strict):
     slurm: SlurmOptions = Field(default_factory=SlurmOptions)
     # retries of a failed attempt, from the last checkpoint complete on every node (docs/launcher.md)
     recovery: RecoveryPolicy = Field(default_factory=RecoveryPolicy)
-    # the progress watchdog (launcher/watchdog.py): no optimizer step within its window -> stalled
+    # the progress watchdog (launcher/follow/watchdog.py): no optimizer step within its window -> stalled
     watchdog: WatchdogOptions = Field(default_factory=WatchdogOptions)
     # the model and dataset folders every node gets, verified, before the start (docs/launcher.md "Staging")
     stage: Staging = Field(default_factory=Staging)
     fabric: FabricOptions = Field(default_factory=FabricOptions)
-    # after a successful run: merge the adapter into the base model and check it (launcher/merge.py)
+    # after a successful run: merge the adapter into the base model and check it (launcher/transfer/merge.py)
     merge: MergeOptions = Field(default_factory=MergeOptions)
 
     @field_validator("env")
@@ -481,99 +480,3 @@ def is_secret(name: str) -> bool:
 def mask_env(env: dict[str, str]) -> dict[str, str]:
     """Return ``env`` with secret values replaced by a mask."""
     return {k: (MASK if is_secret(k) else v) for k, v in env.items()}
-
-
-def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    """Return the valid keys at ``loc``'s parent (for suggestions)."""
-    current: type[BaseModel] = model
-    for part in loc[:-1]:
-        info = current.model_fields.get(str(part))
-        ann = info.annotation if info else None
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            current = ann
-        else:
-            return []
-    return list(current.model_fields)
-
-
-_TYPE_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
-
-
-def _union_groups(errors: list[Any]) -> list[tuple[tuple[int | str, ...], list[Any]]]:
-    """Group pydantic errors by location, folding the members of a union into one entry.
-
-    A value that fits no member of a union (``str | int | float | bool``) gives one error per member, whose
-    location ends with the member's tag: those are one problem, at the location without the tag.
-    """
-    groups: dict[tuple[int | str, ...], list[Any]] = {}
-    for item in errors:
-        loc = tuple(item["loc"])
-        if len(loc) > 1 and str(loc[-1]) in _TYPE_WORDS and item["type"].endswith(("_type", "_parsing")):
-            loc = loc[:-1]
-        groups.setdefault(loc, []).append(item)
-    return list(groups.items())
-
-
-def _problems(source: Path, err: ValidationError) -> list[Problem]:
-    """Return one problem per pydantic error, each with its own key path."""
-    problems = []
-    for loc, items in _union_groups(err.errors()):
-        item = items[0]
-        dotted = ".".join(str(p) for p in loc) or "(top)"
-        rule = "job-spec"
-        if item["type"] == "extra_forbidden":
-            key = str(loc[-1])
-            near = difflib.get_close_matches(key, _field_names(JobSpec, loc), n=1, cutoff=0.5)
-            msg = "unknown key" + (f"; did you mean {near[0]!r}?" if near else "")
-            rule = "unknown-key"
-        elif item["type"] == "missing":
-            msg, rule = "required key missing", "required-key"
-        elif len(items) > 1:
-            words = [_TYPE_WORDS.get(str(i["loc"][-1]), str(i["loc"][-1])) for i in items]
-            got = type(item.get("input")).__name__
-            msg = f"must be {', '.join(words[:-1])} or {words[-1]}, not a {got}"
-        else:
-            msg = str(item["msg"]).removeprefix("Value error, ")
-            key, sep, rest = msg.partition(": ")
-            # a check across keys names the key at fault (a nested one dotted: recovery.spares)
-            if not loc and sep and key.split(".")[0] in JobSpec.model_fields:
-                dotted, msg = key, rest
-        problems.append(Problem(str(source), dotted, msg, rule))
-    return problems
-
-
-def parse_job_spec(data: object, source: Path) -> JobSpec:
-    """Validate ``data`` (parsed YAML) as a job spec; relative paths are taken from ``source``'s folder."""
-    if not isinstance(data, dict):
-        raise ConfigurationError.at(
-            source, "(file)", "a job spec must be a mapping of keys to values", "kind"
-        )
-    try:
-        spec = JobSpec.model_validate(data)
-    except ValidationError as err:
-        raise ConfigurationError(problems=_problems(source, err)) from None
-    base = source.parent
-    updates: dict[str, Any] = {"train_config": (base / spec.train_config).resolve()}
-    if isinstance(spec.deepspeed, Path):
-        updates["deepspeed"] = (base / spec.deepspeed).resolve()
-    if spec.plan_model_config is not None:
-        updates["plan_model_config"] = (base / spec.plan_model_config).resolve()
-    sources = {
-        key: source.model_copy(update={"controller": (base / source.controller).resolve()})
-        for key, source in spec.stage.items()
-        if source.controller is not None
-    }
-    if sources:
-        updates["stage"] = spec.stage.model_copy(update=sources)
-    return spec.model_copy(update=updates)
-
-
-def load_job_spec_bytes(raw: bytes, path: Path) -> JobSpec:
-    """Validate the bytes of a job spec file (as read once by the engine); every problem raises."""
-    data = load_yaml_text(decode_text(raw, path), path)  # duplicate keys are errors too
-    return parse_job_spec(data, path)
-
-
-def load_job_spec(path: Path) -> JobSpec:
-    """Read and validate a job spec file; every problem raises :class:`ConfigurationError`."""
-    return load_job_spec_bytes(read_config_bytes(path, "job spec"), path)

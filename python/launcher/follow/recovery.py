@@ -3,7 +3,7 @@
 Pure decisions, no I/O: :func:`classify` turns the follow loop's verdict and the last node states into a
 :class:`Failure` of one kind; :func:`decide` says, from the job spec's ``recovery`` policy and the failures of
 the earlier attempts, whether the run is retried (and after how long) or ends, and why, in one line. The
-engine (``launcher.engine.steps``) does the stopping, waiting and resuming.
+engine (``launcher.engine.attempts``) does the stopping, waiting and resuming.
 
 Failure kinds (``FAILURE_KINDS``):
 
@@ -72,7 +72,7 @@ NEVER_RETRIED: dict[str, str] = {
     "preflight": "a validation or preflight failure",
     "socket_fallback": "a fall-back to TCP sockets where RDMA was expected (fabric.socket_fallback: fail)",
 }
-# the job spec's defaults (launcher.jobspec.RecoveryPolicy takes them from here): a long run on a cluster
+# the job spec's defaults (launcher.spec.jobspec.RecoveryPolicy takes them from here): a long run on a cluster
 # retries what a node or the hardware did to it, not what the job itself does wrong
 DEFAULT_MAX_RESTARTS = 3
 DEFAULT_RETRY_ON: tuple[str, ...] = ("node_lost", "trainer_signal", "stall", "gpu_error")
@@ -147,7 +147,7 @@ def _node_kind(node: contract.NodeStatus) -> str | None:  # noqa: PLR0911 - one 
     state = node.get("state")
     if state in (contract.UNREACHABLE, contract.VANISHED, contract.ABSENT):
         return "node_lost"
-    if node.get("gpu_fault"):  # the supervisor stopped the trainer: a GPU broke (launcher.telemetry)
+    if node.get("gpu_fault"):  # the supervisor stopped the trainer: a GPU broke (launcher.follow.telemetry)
         return "gpu_error"
     if state != contract.FAILED:
         return None
@@ -229,7 +229,7 @@ def stall_failure(reason: str, lagging: Sequence[str]) -> Failure:
 
 
 class PolicyLike(Protocol):
-    """What :func:`decide` reads of a recovery policy (``launcher.jobspec.RecoveryPolicy``)."""
+    """What :func:`decide` reads of a recovery policy (``launcher.spec.jobspec.RecoveryPolicy``)."""
 
     @property
     def max_restarts(self) -> int: ...

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import IO, TYPE_CHECKING
 
-from launcher.follow import render_table
-from launcher.telemetry import gpu_lines
+from launcher.follow.live import render_table
+from launcher.follow.telemetry import gpu_lines
 
 if TYPE_CHECKING:
-    from launcher.runs import RunDir, RunRecord
+    from launcher.rundir.runs import RunDir, RunRecord
 
 
 def _num(value: object, spec: str) -> str:
@@ -111,7 +111,8 @@ def status_lines(record: RunRecord, run: RunDir) -> list[str]:
 
 def staging_lines(record: RunRecord) -> list[str]:
     """The staging block of a run: progress while it stages, then what the nodes hold and what was sent."""
-    from launcher.staging import files, human, progress_line  # noqa: PLC0415
+    from launcher.transfer.manifest import files, human  # noqa: PLC0415
+    from launcher.transfer.staging import progress_line  # noqa: PLC0415
 
     staging = record.staging
     if record.status == "staging" and staging.get("progress"):

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import mask_env
-from launcher.torchinfo import cuda_hosts, torch_gpu_count
+from launcher.preflight.torchinfo import cuda_hosts, torch_gpu_count
+from launcher.spec.jobspec import mask_env
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from launcher.jobspec import JobSpec
+    from launcher.spec.jobspec import JobSpec
 
 # LLaMA-Factory keeps model and data local; never reach out to the hub from a training node
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -9,6 +9,7 @@ The run record (``record.json``) is read and written here only: :meth:`RunDir.re
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import secrets
@@ -21,12 +22,39 @@ from typing import Any
 from launcher.data import mift_contract as contract
 from launcher.exceptions import ConfigurationError, NoRunsError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
-from launcher.repo import STATE_DIR
+from launcher.spec.repo import STATE_DIR
 
 RECORD = "record.json"
-ACTIVE_STATES = ("created", "preflight", "probing", "starting", "running", "stopping", "recovering")
-# stalled: the progress watchdog saw no optimizer step within its window (launcher/watchdog.py)
-FINAL_STATES = ("succeeded", "failed", "stopped", "stalled", "rejected")
+
+
+class RunState(enum.StrEnum):
+    """A run's ``status`` in record.json: str-valued, so the record's bytes are the names themselves."""
+
+    CREATED = "created"
+    PREFLIGHT = "preflight"
+    PROBING = "probing"
+    STAGING = "staging"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    RECOVERING = "recovering"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    STALLED = "stalled"  # the progress watchdog saw no optimizer step within its window (follow/watchdog.py)
+    REJECTED = "rejected"
+
+
+ACTIVE_STATES = (
+    RunState.CREATED,
+    RunState.PREFLIGHT,
+    RunState.PROBING,
+    RunState.STARTING,
+    RunState.RUNNING,
+    RunState.STOPPING,
+    RunState.RECOVERING,
+)
+FINAL_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.STOPPED, RunState.STALLED, RunState.REJECTED)
 
 
 def runs_root() -> Path:
@@ -72,10 +100,12 @@ class RunRecord:
     attempts: tuple[Mapping[str, Any], ...] = ()
     result_reason: str = ""
     resumed_from: str | None = None
-    summary: Mapping[str, Any] = field(default_factory=dict)  # once the run ended (launcher.job.Job.finalize)
+    summary: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # once the run ended (launcher.engine.job.Job.finalize)
     nodes: Mapping[str, contract.NodeStatus] = field(default_factory=dict)  # the last poll (no log tail)
-    staging: Mapping[str, Any] = field(default_factory=dict)  # what staging sent (launcher.staging)
-    stall: Mapping[str, Any] | None = None  # what the progress watchdog saw (launcher.watchdog.Stall)
+    staging: Mapping[str, Any] = field(default_factory=dict)  # what staging sent (launcher.transfer.staging)
+    stall: Mapping[str, Any] | None = None  # what the progress watchdog saw (launcher.follow.watchdog.Stall)
     data: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -196,6 +226,31 @@ class RunDir:
         self.save(record)
         return record
 
+    # the record's fields written from more than one place, each through its own typed method
+    def set_nodes(self, nodes: Mapping[str, Mapping[str, Any]]) -> None:
+        """Record each host's last node state (``nodes``)."""
+        self.update(nodes=dict(nodes))
+
+    def set_excluded(self, excluded: Mapping[str, str]) -> None:
+        """Record the hosts recovery took out of the run, and why (``excluded``)."""
+        self.update(excluded=dict(excluded))
+
+    def set_attempts(self, attempts: list[dict[str, Any]]) -> None:
+        """Record the run's attempts (``attempts``, engine/attempt_log.py)."""
+        self.update(attempts=attempts)
+
+    def set_slurm(self, slurm: Mapping[str, Any]) -> None:
+        """Record the Slurm job's fields (``slurm``)."""
+        self.update(slurm=dict(slurm))
+
+    def set_staging(self, staging: Mapping[str, Any]) -> None:
+        """Record staging's progress or outcome (``staging``)."""
+        self.update(staging=dict(staging))
+
+    def set_merge(self, merge: Mapping[str, Any]) -> None:
+        """Record the LoRA merge's outcome (``merge``)."""
+        self.update(merge=dict(merge))
+
     def set_status(self, status: str, note: str = "") -> dict[str, Any]:
         """Set the run status and append it to the status timeline."""
         record = self.load()
@@ -211,7 +266,7 @@ class RunDir:
 def exit_code_of(status: object) -> ExitCode:
     """Return the exit code for a run in ``status`` (the record's): 0 once it succeeded, or
     (``run --detach``) while its trainers run on; 1 when it failed, stalled, was stopped or rejected."""
-    return OK if status == "succeeded" or status not in FINAL_STATES else JOB_FAILED
+    return OK if status == RunState.SUCCEEDED or status not in FINAL_STATES else JOB_FAILED
 
 
 def list_runs() -> list[RunDir]:

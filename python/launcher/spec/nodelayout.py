@@ -3,7 +3,8 @@
 One home for both halves: ``roles/mift_defaults/defaults/main.yml``, which provisioning reads as role defaults
 and the launcher reads here (the package ships it as ``data/node_layout.yml``, a link to that file in the
 checkout, a copy in the wheel). The launcher's playbooks get the values as the extra variable ``mift_layout``
-(:meth:`NodeLayout.extravars`, added to every playbook run by :mod:`launcher.runner`) and prefer what an
+(:meth:`NodeLayout.extravars`, added to every playbook run by :mod:`launcher.backends.runner`) and prefer
+what an
 inventory sets: ``mift_node_venv``, then ``mift_defaults_venv``, then ``mift_layout.venv``.
 """
 

@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.backends import backend_of
+from launcher.backends.runner import PlaybookResult, make_runner
 from launcher.data import mift_contract as contract
 from launcher.failure_cause import find_cause, in_last_attempt, with_cause
-from launcher.jobspec import Timeouts
-from launcher.metrics import Summary, read_jsonl, summarize, write_metrics
-from launcher.plot import plot_gpus, plot_loss
-from launcher.runner import PlaybookResult, PlaybookRunner
-from launcher.runs import RunDir, RunRecord
-from launcher.telemetry import after_fields, gpu_series
-from launcher.verdict import Judge, settled_notes
+from launcher.follow.telemetry import after_fields, gpu_series
+from launcher.follow.verdict import Judge, settled_notes
+from launcher.rundir.metrics import Summary, read_jsonl, summarize, write_metrics
+from launcher.rundir.plot import plot_gpus, plot_loss
+from launcher.rundir.runs import RunDir, RunRecord
+from launcher.spec.jobspec import Timeouts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -37,7 +37,7 @@ class Job:
         inventory = self.record.inventory
         timeouts = Timeouts.model_validate(self.record.spec.get("timeouts") or {})  # the job spec's defaults
         self.stop_grace_s = timeouts.stop_grace_s
-        self.runner = PlaybookRunner(run.ansible_dir, inventory=Path(inventory) if inventory else None)
+        self.runner = make_runner(run.ansible_dir, inventory=Path(inventory) if inventory else None)
         self.node_judge = Judge(self.hosts, float(timeouts.teardown_grace_s))
         self.backend = backend_of(self.record)
         self.judge = self.backend.judge(self)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # launcher/, this module being launcher/spec/repo.py
 PLAYBOOK_DIR = PACKAGE_DIR / "playbooks"
 
 

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import ansible_runner
 
 from launcher.exceptions import ConfigurationError
-from launcher.nodelayout import layout
-from launcher.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
+from launcher.spec.inventory import inventory_not_found
+from launcher.spec.nodelayout import layout
+from launcher.spec.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -187,7 +188,7 @@ class PlaybookRunner:
             )
         )
         if inventory is not None and not inventory.exists():
-            raise ConfigurationError(f"{inventory}: inventory not found")
+            raise inventory_not_found(inventory)
         self._envvars = self._build_envvars()
         self._base_args: dict[str, Any] = {
             "private_data_dir": str(private_data_dir),
@@ -379,3 +380,12 @@ class PlaybookRunner:
                 for name, values in handed.items():
                     if isinstance(values, dict):
                         result.reports.setdefault(str(name), {}).update(values)
+
+
+def make_runner(private_data_dir: Path, *, inventory: Path | None = None) -> PlaybookRunner:
+    """The one place the launcher builds its Ansible runner: every command and engine step asks here.
+
+    The test seam too: a test that must see no playbook run (or that stands in for the nodes) replaces
+    ``PlaybookRunner`` in this module, and every runner the launcher builds is the replacement.
+    """
+    return PlaybookRunner(private_data_dir, inventory=inventory)
