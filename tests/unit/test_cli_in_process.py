@@ -70,6 +70,9 @@ class NodesDouble(PollStreamDouble):
             if NodesDouble.on_preflight is not None:
                 NodesDouble.on_preflight()
             result.reports = {h: {"preflight": _facts(h)} for h in HOSTS}
+        elif playbook == "lease":  # the GPU lease (launcher.lease): free on every node, given back
+            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             files = Path(extravars["mift_files_dir"])
             for host in HOSTS:

@@ -235,6 +235,9 @@ class TransportNodesDouble(PollStreamDouble):
                 h: {"preflight": {**_facts(h), "probe": {**_facts(h)["probe"], "net": rdma_net_double(h)}}}
                 for h in HOSTS
             }
+        elif playbook == "lease":  # the GPU lease (launcher.lease): free on every node, given back
+            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             files = Path(extravars["mift_files_dir"])
             TransportNodesDouble.shipped = {

@@ -477,6 +477,9 @@ class FlakyNodesDouble(PollStreamDouble):
                 h: {"preflight": {**_facts(h), "probe": {**_facts(h)["probe"], "checkpoints": ckpts}}}
                 for h in HOSTS
             }
+        elif playbook == "lease":  # the GPU lease (launcher.lease): free on every node, given back
+            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             FlakyNodesDouble.launches += 1
             files = Path(extravars["mift_files_dir"])
@@ -935,6 +938,9 @@ class SpareNodesDouble(PollStreamDouble):
                 }
                 for h in hosts
             }
+        elif playbook == "lease":  # the GPU lease (launcher.lease): free on every node, given back
+            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             SpareNodesDouble.launches += 1
             SpareNodesDouble.started.append(hosts)

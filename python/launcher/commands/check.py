@@ -62,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=1024,
         help="largest all-reduce of the GPU sweep, MiB (from 1 MiB, doubling; default 1024)",
     )
+    p.add_argument("--json", action="store_true", help='one JSON object (docs/launcher.md "JSON output")')
     p.set_defaults(func=_cmd_check)
     return p
 
@@ -81,4 +82,5 @@ def _cmd_check(args: argparse.Namespace) -> ExitCode:
         gpu_min_membw_gbs=args.gpu_min_membw_gbs,
         fabric=args.fabric,
         gpu_max_mib=args.gpu_max_mib,
+        as_json=args.json,
     )

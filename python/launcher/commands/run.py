@@ -38,6 +38,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="continue a stopped, failed or stalled run from its last checkpoint: a new run with RUN's job "
         "spec, output_dir and inventory, resume_from_checkpoint set to the last checkpoint on the nodes",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help='take over the GPU lease of another run that still holds a node (docs/launcher.md "GPU lease")',
+    )
     p.set_defaults(func=_cmd_run, parser=p)
     return p
 
@@ -51,9 +56,18 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
         if args.job is not None:
             args.parser.error("argument --resume: give RUN or a job spec, not both")
         job, inventory, resume = _resume_source(args.resume, args.inventory)
-        run = run_job(job, inventory=inventory, detach=args.detach, resume=resume, backend=args.backend)
+        run = run_job(
+            job,
+            inventory=inventory,
+            detach=args.detach,
+            resume=resume,
+            backend=args.backend,
+            force=args.force,
+        )
     else:
-        run = run_job(args.job, inventory=args.inventory, detach=args.detach, backend=args.backend)
+        run = run_job(
+            args.job, inventory=args.inventory, detach=args.detach, backend=args.backend, force=args.force
+        )
     return exit_code_of(run.record().status)
 
 

@@ -22,6 +22,7 @@ the time taken. Exit code: 0 when nothing is bad, 1 otherwise (2: bad input).
 
 from __future__ import annotations
 
+import io
 import sys
 import tempfile
 import time
@@ -29,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from launcher import json_out
 from launcher.engine import check_fabric
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
@@ -198,9 +200,9 @@ def _fabric(
     notes: list[str],
     out: IO[str],
     options: dict[str, Any],
-) -> str:
+) -> tuple[str, list[str]]:
     """Measure the fabric (GPU or TCP, :func:`launcher.engine.check_fabric.choose`), print its lines, add its
-    bad lines and notes; return where its figures came from."""
+    bad lines and notes; return where its figures came from and the lines."""
     transport, why = check_fabric.choose(str(options["fabric"]), answers, facts.hosts)
     print(f"\nfabric: {transport.upper()} ({why})", file=out)
     if transport == "gpu":
@@ -233,14 +235,14 @@ def _fabric(
             *lines,
         ]
     else:
-        return "one node: no links"
+        return "one node: no links", []
     for line in lines:
         print(line, file=out)
     bad.extend(link_bad)
-    return how
+    return how, lines
 
 
-def run_check(
+def run_check(  # noqa: PLR0915 - the check's steps in order, text and JSON from one pass
     job_path: Path,
     *,
     inventory: Path | None,
@@ -254,8 +256,10 @@ def run_check(
     fabric: str = "auto",
     gpu_max_mib: int = 1024,
     out: IO[str] | None = None,
+    as_json: bool = False,
 ) -> ExitCode:
-    """Check the job's nodes and links; print the tables and one line per bad node or link."""
+    """Check the job's nodes and links; print the tables and one line per bad node or link (``as_json``: one
+    ``check`` object instead, launcher.json_out)."""
     from launcher.backends import runner as runner_module  # noqa: PLC0415
     from launcher.engine.plan import fabric_of  # noqa: PLC0415
     from launcher.fabric.env import node_fabric  # noqa: PLC0415
@@ -265,6 +269,7 @@ def run_check(
     from launcher.validation.job import load_job  # noqa: PLC0415
 
     out = out or sys.stdout
+    json_to, out = (out, io.StringIO()) if as_json else (None, out)
     t0 = time.monotonic()
     inv = inventory.resolve() if inventory else None
     job = load_job(job_path)
@@ -287,14 +292,18 @@ def run_check(
         fabric_env=derived,
     )
     print(f"{'node':<12} {'interface':<10} transport", file=out)
+    node_rows: list[dict[str, Any]] = []
     for host in facts.hosts:
         net = facts.probe[host].get("net") or {}
-        print(_node_line(node_fabric(host, facts.train_address[host], net), envs[host]), file=out)
+        node = node_fabric(host, facts.train_address[host], net)
+        print(_node_line(node, envs[host]), file=out)
+        node_rows.append(_node_row(node, envs[host]))
     releases = {h: _rocm_release(facts.stack.get(h) or {}) for h in facts.hosts}
     accepted = accept_nodes(facts.hosts, facts.train_address, facts.probe, releases)
     bad = list(accepted.bad)
     gpu_notes: list[str] = []
     answers: dict[str, dict[str, Any]] | None = None
+    measured: dict[str, dict[str, Any]] = {}
     if gpu_test:
         answers = measure_gpus(
             runner,
@@ -315,7 +324,7 @@ def run_check(
             for line in gpu_lines:
                 print(line, file=out)
             bad.extend(gpu_bad)
-    how = _fabric(
+    how, link_lines = _fabric(
         runner,
         spec,
         facts,
@@ -344,7 +353,33 @@ def run_check(
         file=out,
         flush=True,
     )
+    if json_to is not None:
+        json_out.write(
+            json_out.check_object(
+                nodes=node_rows,
+                gpus=measured,
+                links=link_lines,
+                links_from=how,
+                notes=[*facts.notes, *accepted.notes, *gpu_notes],
+                warnings=list(facts.warnings),
+                bad=bad,
+                seconds=time.monotonic() - t0,
+            ),
+            json_to,
+        )
     return JOB_FAILED if bad else OK
+
+
+def _node_row(fabric: NodeFabric, env: dict[str, str]) -> dict[str, Any]:
+    """Return a node's row of ``check --json``: its interface and transport, as the table's line."""
+    return {
+        "host": fabric.host,
+        "interface": env.get("NCCL_SOCKET_IFNAME"),
+        "transport": fabric.transport,
+        "rdma_hca": env.get("NCCL_IB_HCA") if fabric.transport == "rdma" else None,
+        "gid_index": env.get("NCCL_IB_GID_INDEX") if fabric.transport == "rdma" else None,
+        "why_socket": fabric.why_socket if fabric.transport != "rdma" else None,
+    }
 
 
 def _rocm_release(stack: dict[str, Any]) -> str | None:

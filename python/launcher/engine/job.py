@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from launcher.backends import backend_of
 from launcher.backends.runner import PlaybookResult, make_runner
 from launcher.data import mift_contract as contract
+from launcher.failure_cause import find_cause, in_last_attempt, with_cause
 from launcher.follow.telemetry import after_fields, gpu_series
 from launcher.follow.verdict import Judge, settled_notes
 from launcher.rundir.metrics import Summary, read_jsonl, summarize, write_metrics
@@ -118,6 +119,14 @@ class Job:
         }
         notes = settled_notes(final_nodes) if state == "succeeded" else []
         gpu_after, gpu_notes = after_fields(collected, self.hosts)  # GPUs idle and healthy after the run
+        # a failed trainer: the first rank's own exception, from the rank logs just collected
+        cause = find_cause(self.run.path, self.hosts) if state == "failed" else None
+        reason = with_cause(reason, cause, self.run.path)
+        attempts = (
+            {"attempts": in_last_attempt(self.run.load().get("attempts"), cause, self.run.path)}
+            if cause
+            else {}
+        )
         self.run.update(
             nodes={h: _brief(n) for h, n in final_nodes.items()},
             summary={
@@ -130,8 +139,10 @@ class Job:
             },
             outputs=outputs,
             result_reason=reason,
+            failure_cause=cause.as_record() if cause else None,
             collect_rc=collected.rc,
             gpu_after=gpu_after,
+            **attempts,
         )
         self.run.set_status(state, reason)
         return summary
@@ -151,6 +162,7 @@ def unpack_collected(host_dir: Path) -> None:
                 source = tar.extractfile(member)
                 if source is not None:
                     (host_dir / name).write_bytes(source.read())
+                    os.utime(host_dir / name, (member.mtime, member.mtime))  # when the node wrote it
     except (OSError, tarfile.TarError):
         return
     archive.unlink()

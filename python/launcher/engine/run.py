@@ -28,6 +28,7 @@ from launcher.engine.plan import (
 from launcher.engine.signals import interrupt_guard
 from launcher.engine.stage import stage_for_run
 from launcher.exceptions import JobFailedError, LauncherError
+from launcher.lease import BACKENDS, take_leases
 from launcher.preflight.checks import PreflightOnce, facts_of_host, run_preflight
 from launcher.rundir.runs import new_run_id
 from launcher.spec.inventory import spare_hosts
@@ -48,6 +49,7 @@ def run_job(
     resume: ResumeFrom | None = None,
     backend: str | None = None,
     preflight_once: PreflightOnce | None = None,
+    force: bool = False,
 ) -> RunDir:
     """Run a job end to end; return its run directory (its record's status says how it ended,
     :func:`launcher.rundir.runs.exit_code_of` the exit code); bad input raises (2), as does a run rejected or
@@ -56,6 +58,7 @@ def run_job(
 
     ``preflight_once``: facts one preflight learnt about exactly this job's hosts, reused instead of running
     preflight again (the probe's candidates, one after the other on the same node); kept there when empty.
+    ``force``: take over the GPU lease of another live run (launcher.lease).
     """
     out = out or sys.stdout
     job, inv = load_for_run(job_path, inventory)
@@ -99,6 +102,12 @@ def run_job(
             failed = "failed" if isinstance(err, JobFailedError) else "rejected"
             ended_before_start(run, "stopped" if interrupted.is_set() else failed, err)
             raise
+        if handle.backend in BACKENDS:
+            try:  # the nodes' GPUs are this run's from here to its finish
+                take_leases(runner, run, facts.hosts, force=force, out=out)
+            except LauncherError as err:
+                ended_before_start(run, "stopped" if interrupted.is_set() else "rejected", err)
+                raise
         spares = spare_hosts(spec, inv) if recover else []
         attempt_loop(
             run,

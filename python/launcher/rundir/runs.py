@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.data import mift_contract as contract
-from launcher.exceptions import ConfigurationError
+from launcher.exceptions import ConfigurationError, NoRunsError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 from launcher.spec.repo import STATE_DIR
 
@@ -283,7 +283,7 @@ def find_run(ref: str | None) -> RunDir:
     if ref is None:
         runs = list_runs()
         if not runs:
-            raise ConfigurationError(f"no runs in {runs_root()}")
+            raise NoRunsError(f"no runs in {runs_root()}")
         return runs[-1]
     as_path = Path(ref)
     if (as_path / RECORD).is_file():
