@@ -34,7 +34,7 @@ LEASE_NAME = "gpu-lease.json"
 # a lease with no process of its run on the node is stale this long after it was taken: longer than a start
 # takes (staging, tokenizing and the trainers' start run between the lease and the first process)
 STALE_S = 900.0
-BACKENDS = (None, "ssh")  # the backends whose nodes the launcher leases (Slurm allocates GPUs itself)
+LEASING_BACKENDS = (None, "ssh")  # the backends whose nodes the launcher leases (Slurm allocates GPUs itself)
 
 
 def lease_file() -> str:

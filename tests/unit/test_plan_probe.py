@@ -324,6 +324,8 @@ def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setattr(steps, "run_preflight", preflight_on_the_h200)
     monkeypatch.setattr(attempts, "ship_and_follow", ship)
+    leased: list[list[str]] = []  # no node here: the lease is launcher.lease's (tests/faults/test_lease.py)
+    monkeypatch.setattr(steps, "take_leases", lambda runner, run, hosts, **_: leased.append(list(hosts)))
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    n1: {ansible_host: 127.0.0.1}\n")
     once = PreflightOnce()
@@ -331,7 +333,7 @@ def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
         out = io.StringIO()
         run = steps.run_job(job_path, inventory=inventory, detach=False, out=out, preflight_once=once)
         assert exit_code_of(run.load().get("status")) == 0  # run_job returns the run directory
-    assert len(preflights) == 1 and shipped == [["n1"]] * 3
+    assert len(preflights) == 1 and shipped == [["n1"]] * 3 and leased == [["n1"]] * 3
     assert once.facts is not None and "changed by this run" not in once.facts.notes  # runs change copies
     assert once.reuse(["n1", "n2"]) is None  # other hosts: preflight
     assert once.reuse("n1") is None  # a pattern (the inventory decides what it matches): preflight

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import IO, TYPE_CHECKING
 
 from launcher.data import mift_contract as contract
-from launcher.lease import BACKENDS, release_leases
 from launcher.rundir.report import print_summary
 
 if TYPE_CHECKING:
@@ -45,8 +44,7 @@ def finish(
         job.dump_stacks_on_stop = verdict.state == "stalled"
         job.stop()
     summary = job.finalize(verdict.state, verdict.reason, nodes)
-    if job.record.backend in BACKENDS and job.run.load().get("lease"):
-        release_leases(job.runner, job.run.run_id, job.hosts)  # the GPUs are free for the next run
+    job.release_lease()  # the GPUs are free for the next run
     if out is not None:
         print_summary(job.run, out)
     return summary

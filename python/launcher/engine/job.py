@@ -18,6 +18,7 @@ from launcher.data import mift_contract as contract
 from launcher.failure_cause import find_cause, in_last_attempt, with_cause
 from launcher.follow.telemetry import after_fields, gpu_series
 from launcher.follow.verdict import Judge, settled_notes
+from launcher.lease import LEASING_BACKENDS, release_leases
 from launcher.rundir.metrics import Summary, read_jsonl, summarize, write_metrics
 from launcher.rundir.plot import plot_gpus, plot_loss
 from launcher.rundir.runs import RunDir, RunRecord
@@ -79,6 +80,13 @@ class Job:
         for host in self.hosts:
             unpack_collected(self.run.nodes_dir / host)
         return result
+
+    def release_lease(self) -> list[str]:
+        """Give back the run's GPU lease on its nodes (launcher.lease; backends that lease only, and only when
+        the run took one); return the hosts whose lease was given back."""
+        if self.record.backend not in LEASING_BACKENDS or not self.run.load().get("lease"):
+            return []
+        return release_leases(self.runner, self.run.run_id, self.hosts)
 
     def finalize(
         self, state: str, reason: str = "", nodes: dict[str, contract.NodeStatus] | None = None

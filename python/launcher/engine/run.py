@@ -28,7 +28,7 @@ from launcher.engine.plan import (
 from launcher.engine.signals import interrupt_guard
 from launcher.engine.stage import stage_for_run
 from launcher.exceptions import JobFailedError, LauncherError
-from launcher.lease import BACKENDS, take_leases
+from launcher.lease import LEASING_BACKENDS, take_leases
 from launcher.preflight.checks import PreflightOnce, facts_of_host, run_preflight
 from launcher.rundir.runs import new_run_id
 from launcher.spec.inventory import spare_hosts
@@ -102,7 +102,7 @@ def run_job(
             failed = "failed" if isinstance(err, JobFailedError) else "rejected"
             ended_before_start(run, "stopped" if interrupted.is_set() else failed, err)
             raise
-        if handle.backend in BACKENDS:
+        if handle.backend in LEASING_BACKENDS:
             try:  # the nodes' GPUs are this run's from here to its finish
                 take_leases(runner, run, facts.hosts, force=force, out=out)
             except LauncherError as err:
