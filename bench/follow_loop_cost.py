@@ -1,5 +1,6 @@
 """What following a run costs the controller: the launcher's two ways to poll, side by side, through its own
-code (launcher/runner.py) and playbooks, the node agent (mift_agent.py status) answering on 2 local-connection
+code (launcher/backends/runner.py) and playbooks, the node agent (mift_agent.py status) answering on 2
+local-connection
 nodes:
 
 * one playbook per poll: ``poll_agents`` (playbooks/poll.yml), what ``launcher status`` and the Slurm
@@ -28,7 +29,7 @@ import yaml
 
 from launcher.backends.agent import agent_source, poll_agents
 from launcher.backends.agent_stream import AgentStream
-from launcher.runner import PlaybookRunner
+from launcher.backends.runner import PlaybookRunner
 
 HOSTS = ["n0", "n1"]
 RUN_ID = "bench-follow"
@@ -42,7 +43,7 @@ def cpu_s() -> float:
 
 
 class BenchJob:
-    """The part of launcher.job.Job the pollers use: its hosts, extra vars and runner."""
+    """The part of launcher.engine.job.Job the pollers use: its hosts, extra vars and runner."""
 
     def __init__(self, work: Path) -> None:
         inventory = work / "inventory.yml"

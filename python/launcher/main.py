@@ -19,7 +19,18 @@ if TYPE_CHECKING:
 LOG = logging.getLogger("launcher")
 
 # Order is the order shown in --help.
-COMMAND_MODULES = ("validate", "plan", "check", "stage", "run", "status", "logs", "stop", "list")
+COMMAND_MODULES = (
+    "validate",
+    "plan",
+    "check",
+    "stage",
+    "run",
+    "status",
+    "logs",
+    "stop",
+    "list",
+    "completion",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,9 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m launcher",
         description="Validate, plan, run, follow, stop and report multi-node LLaMA-Factory ZeRO-3 jobs.",
-        epilog="Exit codes: 0 ok, 1 job failed, 2 bad input. Set LAUNCHER_DEBUG=1 for tracebacks.",
+        epilog="Exit codes: 0 ok, 1 job failed, 2 bad input, 3 no runs. Set LAUNCHER_DEBUG=1 for tracebacks.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.set_defaults(root_parser=parser)  # `completion` generates its script from this parser
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"launcher.commands.{name}")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.staging import ssh_argv
+from launcher.transfer.staging import ssh_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory" / "example"

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.nodelayout import layout
+from launcher.spec.nodelayout import layout
 
 INSTALL = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_install.py"
 # stands in for mift_agent.py: prints what it was started with, exits 1 when told to
@@ -141,7 +141,7 @@ def test_probe_skips_torch_when_the_controller_holds_the_answer_for_the_key(tmp_
 
 
 def test_controller_keeps_answers_without_errors_and_fills_cached_replies(tmp_path: Path) -> None:
-    from launcher.torch_answers import TorchAnswers  # noqa: PLC0415
+    from launcher.preflight.torch_answers import TorchAnswers  # noqa: PLC0415
 
     path = tmp_path / "cache" / "torch-probe.json"
     first = TorchAnswers(path)

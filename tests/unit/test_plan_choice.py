@@ -13,11 +13,10 @@ from launcher.exceptions import ConfigurationError
 from launcher.planning.hardware import NODE_PRESETS
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Strategy, Workload, activation_bytes
 from launcher.planning.model import BUNDLED_DIR, ModelShape, load_shape
-from launcher.planning.training import (
-    TrainingPlan,
+from launcher.planning.training import TrainingPlan, plan_training
+from launcher.planning.training_yaml import (
     choose_deepspeed_config,
     plan_as_written,
-    plan_training,
     plan_training_from_yaml,
     write_auto_config,
 )

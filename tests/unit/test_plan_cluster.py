@@ -21,7 +21,7 @@ from launcher.commands.plan_cluster import plan_cluster, resolve_nodes
 from launcher.exceptions import ConfigurationError
 from launcher.main import cli
 from launcher.planning.hardware import NODE_PRESETS
-from launcher.torch_answers import FILE_NAME
+from launcher.preflight.torch_answers import FILE_NAME
 from launcher.validation.files import validate_files
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,10 +19,10 @@ from launcher.commands import plan as plan_command
 from launcher.engine.plan import DS_FILE, TRAIN_FILE, build_plan, validate_plan
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import load_job_spec_bytes
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.memory import Strategy
-from launcher.preflight import NodeFacts
+from launcher.preflight.checks import NodeFacts
+from launcher.spec.jobspec_load import load_job_spec_bytes
 from launcher.validation.job import load_job
 
 SHAPE_8B = {

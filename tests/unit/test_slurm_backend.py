@@ -25,8 +25,9 @@ from launcher.backends.slurm_script import (
     sbatch_script,
 )
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import SlurmOptions, parse_job_spec
-from launcher.runs import RunDir
+from launcher.rundir.runs import RunDir
+from launcher.spec.jobspec import SlurmOptions
+from launcher.spec.jobspec_load import parse_job_spec
 from mift_testsupport.slurm import srun_task_env
 
 AGENT = Path(__file__).parents[2] / "python" / "launcher" / "data" / "mift_agent.py"

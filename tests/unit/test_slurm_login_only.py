@@ -25,9 +25,10 @@ from launcher.backends.slurm_shared import (
     record_fields,
 )
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import SlurmOptions, parse_job_spec
-from launcher.nodelayout import layout
-from launcher.preflight import NodeFacts
+from launcher.preflight.checks import NodeFacts
+from launcher.spec.jobspec import SlurmOptions
+from launcher.spec.jobspec_load import parse_job_spec
+from launcher.spec.nodelayout import layout
 from mift_testsupport.slurm import NODE_SCRIPTS, srun_task_env
 
 if TYPE_CHECKING:
@@ -308,7 +309,7 @@ def test_stop_marks_ranks_slurm_ended_and_reports_a_job_still_there(tmp_path: Pa
 
 
 def test_the_node_table_shows_each_ranks_slurm_node() -> None:
-    from launcher.follow import render_table  # noqa: PLC0415
+    from launcher.follow.live import render_table  # noqa: PLC0415
 
     lines = render_table(
         ["rank0", "h2"],

@@ -30,10 +30,10 @@ from launcher.backends.slurm_script import (
     time_limit_s,
 )
 from launcher.exceptions import ConfigurationError
-from launcher.follow import queued
-from launcher.jobspec import parse_job_spec
-from launcher.runs import RunDir
-from launcher.watchdog import ProgressWatch, Schedule, WatchdogOptions
+from launcher.follow.live import queued
+from launcher.follow.watchdog import ProgressWatch, Schedule, WatchdogOptions
+from launcher.rundir.runs import RunDir
+from launcher.spec.jobspec_load import parse_job_spec
 from mift_testsupport.slurm import NODE_SCRIPTS, srun_task_env
 
 DATA = Path(__file__).parents[2] / "python" / "launcher" / "data"

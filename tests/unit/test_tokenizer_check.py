@@ -1,5 +1,5 @@
 """The job's tokenizer on the first node: the probe's answer (mift_probe.tokenizer_check) and its refusal line
-(launcher.tokenizer_check), and the node stack's tokenizer packages.
+(launcher.preflight.tokenizer_check), and the node stack's tokenizer packages.
 
 The error texts are transformers' own (its import_utils constants, read from the installed package) and one
 real load in this venv, which has no sentencepiece and no tiktoken installed: the probe's own function runs
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from launcher.data import mift_probe
-from launcher.preflight import node_paths
-from launcher.tokenizer_check import missing_package, tokenizer_refusal
+from launcher.preflight.checks import node_paths
+from launcher.preflight.tokenizer_check import missing_package, tokenizer_refusal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +105,7 @@ def test_a_real_load_without_the_packages_is_refused_in_one_line(tmp_path: Path)
 
 
 def test_the_model_folder_asks_for_the_tokenizer_with_the_yamls_trust_remote_code() -> None:
-    from launcher.jobspec import load_job_spec_bytes  # noqa: PLC0415
+    from launcher.spec.jobspec_load import load_job_spec_bytes  # noqa: PLC0415
 
     spec = load_job_spec_bytes(b"name: j\ntrain_config: t.yaml\nhosts: [n1]\n", ROOT / "job.yaml")
     (model,) = [

@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _facts(path: Path | None) -> dict[str, Any]:
-    from launcher.config_io import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
+    from launcher.spec.config_io import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
 
     if path is None:
         return {}
@@ -93,7 +93,7 @@ def cluster_from(args: argparse.Namespace, job: LoadedJob) -> PlannedCluster:
     """The cluster `run` would use (:mod:`launcher.commands.plan_cluster`): flags, job spec, facts, inventory,
     preset, each value with its source."""
     from launcher.commands.plan_cluster import plan_cluster  # noqa: PLC0415
-    from launcher.torch_answers import TorchAnswers  # noqa: PLC0415
+    from launcher.preflight.torch_answers import TorchAnswers  # noqa: PLC0415
 
     answers = TorchAnswers()
     inventory = args.inventory.resolve() if args.inventory else None
@@ -122,9 +122,9 @@ def _accelerator(args: argparse.Namespace) -> Accelerator:
 def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> TrainingPlan:
     """Run the probe on the job's first node; progress goes to stderr (stdout keeps the table or JSON)."""
     from launcher.engine.probe import LauncherProber, probe_workdir  # noqa: PLC0415
-    from launcher.engine.steps import run_job  # noqa: PLC0415
-    from launcher.inventory import first_host  # noqa: PLC0415
+    from launcher.engine.run import run_job  # noqa: PLC0415
     from launcher.planning import probe  # noqa: PLC0415
+    from launcher.spec.inventory import first_host  # noqa: PLC0415
 
     count = args.probe_candidates or probe.DEFAULT_CANDIDATES
     steps = args.probe_steps or probe.DEFAULT_STEPS
@@ -135,7 +135,9 @@ def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> 
         )
     inventory = args.inventory.resolve() if args.inventory else None
     if inventory is not None and not inventory.exists():
-        raise ConfigurationError(f"{args.inventory}: inventory not found")
+        from launcher.spec.inventory import inventory_not_found  # noqa: PLC0415 - `--help` imports no yaml
+
+        raise inventory_not_found(args.inventory)
     host = first_host(job.spec, inventory)
     prober = LauncherProber(job, host, inventory, probe_workdir(job.spec.name), sys.stderr, run_job)
     return probe.run_probe(training, prober, count=count, steps=steps, budget_s=budget, clock=time.monotonic)
@@ -156,7 +158,7 @@ def run(args: argparse.Namespace) -> ExitCode:
     """
     from launcher.engine.split import plan_job  # noqa: PLC0415
     from launcher.planning.model import resolve_shape  # noqa: PLC0415
-    from launcher.planning.training import plan_as_written  # noqa: PLC0415
+    from launcher.planning.training_yaml import plan_as_written  # noqa: PLC0415
     from launcher.validation.job import load_job  # noqa: PLC0415
 
     margin = SAFETY_MARGIN if args.margin is None else args.margin

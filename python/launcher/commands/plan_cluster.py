@@ -16,8 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
-from launcher.inventory import PLAIN_NAME_RE, default_inventory, group_members, inventory_list, inventory_var
-from launcher.torchinfo import torch_gpu_mem_gib
+from launcher.preflight.torchinfo import torch_gpu_mem_gib
+from launcher.spec.inventory import (
+    PLAIN_NAME_RE,
+    default_inventory,
+    group_members,
+    inventory_list,
+    inventory_var,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -314,7 +314,7 @@ def installed_versions(venv: Path, dists: tuple[str, ...]) -> dict[str, Any] | N
 
 # Load the job's tokenizer as the trainer will (offline), in the venv's interpreter: a tokenizer that needs a
 # package the venv lacks (sentencepiece, tiktoken, protobuf) fails here, before the start. Controller side:
-# launcher/tokenizer_check.py.
+# launcher/preflight/tokenizer_check.py.
 _TOKENIZER_SCRIPT = """
 import json, sys
 try:
@@ -438,13 +438,46 @@ def _dataset_gaps(folder: Path, names: list[str]) -> list[str]:
     return gaps
 
 
+def hf_hub_cache(cache: object = None) -> Path:
+    """The node's Hugging Face hub cache as the trainer finds it: the job's (``cache``), ``$HF_HUB_CACHE``,
+    ``$HF_HOME/hub`` or the default."""
+    if isinstance(cache, str) and cache:
+        return Path(cache)
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+    return Path(home) / "hub"
+
+
+def hub_snapshot(repo: str, cache: object = None, revision: str = "main") -> tuple[Path | None, str]:
+    """The complete snapshot of ``repo`` the node's cache holds for ``revision`` (what transformers opens with
+    HF_HUB_OFFLINE=1), or None and why not: no repo folder, no ref, no snapshot, a download left unfinished
+    (``blobs/*.incomplete``) or a file whose blob is gone."""
+    root = hf_hub_cache(cache) / f"models--{repo.replace('/', '--')}"
+    offline = "the nodes run offline (HF_HUB_OFFLINE=1): stage it (stage.model in the job spec)"
+    if not root.is_dir():
+        return None, f"not staged and not in this node's Hugging Face cache ({root} missing); {offline}"
+    ref = root / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    snap = root / "snapshots" / commit
+    if not snap.is_dir():
+        return None, f"no snapshot of {revision} in {root}; {offline}"
+    unfinished = sorted(p.name for p in (root / "blobs").glob("*.incomplete"))
+    broken = sorted(str(p.relative_to(snap)) for p in snap.rglob("*") if p.is_symlink() and not p.exists())
+    if unfinished or broken:
+        what = f"{len(unfinished)} unfinished download(s)" if unfinished else f"{broken[0]} has no blob"
+        return None, f"incomplete in {root} ({what}); {offline}"
+    return snap, ""
+
+
 def missing_paths(run_dir: Path, requirements: object) -> list[dict[str, str]]:
     """Return one ``{what, path, why}`` per node path the job needs that is absent or incomplete here.
 
     Each requirement: ``what`` (the key that names it), ``path`` (relative: in the run directory, the
     trainer's working directory), ``files`` (groups of glob patterns: one of each group must be in the
     folder; a match ending in ``.index.json`` needs the shards it names), ``datasets`` (names that
-    dataset_info.json must list, with their local files).
+    dataset_info.json must list, with their local files), ``hub`` (a hub id: the folder is its complete
+    snapshot in the node's Hugging Face cache, ``cache`` when the job's environment names one).
     """
     if not isinstance(requirements, list) or not all(isinstance(r, dict) for r in requirements):
         return [{"what": "--require", "path": "", "why": "not a JSON list of objects"}]
@@ -453,6 +486,16 @@ def missing_paths(run_dir: Path, requirements: object) -> list[dict[str, str]]:
         # lexically: the new run directory does not exist yet, so the kernel could not walk "../" out of it
         folder = Path(os.path.normpath(run_dir / str(req.get("path", ""))))
         why = ""
+        if req.get(
+            "hub"
+        ):  # a hub id: the trainer runs offline, so its snapshot must be complete in the cache
+            snapshot, why = hub_snapshot(
+                str(req["hub"]), req.get("cache"), str(req.get("revision") or "main")
+            )
+            if snapshot is None:
+                out.append({"what": str(req.get("what", "")), "path": str(req["hub"]), "why": why})
+                continue
+            folder = snapshot
         if not folder.exists():
             why = "no such directory"
         elif not folder.is_dir():

@@ -22,9 +22,10 @@ def _row(cells: list[str], widths: list[int]) -> str:
 def render(
     plan: TrainingPlan, *, marked: Strategy | None = None, mark: str = " <- choice", reason: str | None = None
 ) -> str:
-    """Return the human plan of a fixed split (:func:`launcher.planning.training.plan_as_written`): inputs,
-    the per-strategy table (GiB per GPU / per host), the choice and why. ``marked``/``mark``: the row to mark
-    and how (default: the plan's own choice); ``reason``: the closing paragraph (default: the plan's)."""
+    """Return the human plan of a fixed split (:func:`launcher.planning.training_yaml.plan_as_written`):
+    inputs, the per-strategy table (GiB per GPU / per host), the choice and why. ``marked``/``mark``: the row
+    to mark and how (default: the plan's own choice); ``reason``: the closing paragraph (default: the
+    plan's)."""
     w, c = plan.workload, plan.cluster
     head = (
         f"model {w.model.total_params() / 1e9:.2f} B params "

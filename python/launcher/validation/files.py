@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.config_io import load_config_file
 from launcher.exceptions import ConfigurationError
 from launcher.problems import ConfigKind, FileReport, Problem
+from launcher.spec.config_io import load_config_file
 from launcher.validation import backends, rules
 from launcher.validation.deepspeed import validate_deepspeed
 from launcher.validation.kinds import CONFIG_SUFFIXES, detect_kind
