@@ -26,10 +26,10 @@ from typing import Any
 
 import yaml
 
-from launcher import nodeprogram
 from launcher.backends.agent import poll_agents
 from launcher.backends.agent_stream import AgentStream
-from launcher.runner import PlaybookRunner
+from launcher.backends.runner import PlaybookRunner
+from launcher.transfer import nodeprogram
 
 HOSTS = ["n0", "n1"]
 RUN_ID = "bench-follow"
@@ -43,7 +43,7 @@ def cpu_s() -> float:
 
 
 class BenchJob:
-    """The part of launcher.job.Job the pollers use: its hosts, extra vars and runner."""
+    """The part of launcher.engine.job.Job the pollers use: its hosts, extra vars and runner."""
 
     def __init__(self, work: Path) -> None:
         inventory = work / "inventory.yml"

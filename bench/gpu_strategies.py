@@ -5,7 +5,7 @@ SFT once per strategy (no DeepSpeed, ZeRO-2, ZeRO-3, ZeRO-3 + optimizer offload,
 offload), samples nvidia-smi memory, reads LLaMA-Factory's train metrics and the torch peak of every process
 (bench/gpu/memhook), and prints tokens/s, step time, peak GPU memory and start-up time next to the planner's
 estimate and choice. The DeepSpeed JSONs are the planner's own (launcher.planning.dsconfig); the
-``deepspeed: auto`` choice comes from launcher.planning.training.choose_deepspeed_config.
+``deepspeed: auto`` choice comes from launcher.planning.training_yaml.choose_deepspeed_config.
 
 Two ways to start each run:
 
@@ -44,7 +44,7 @@ from launcher.planning.dsconfig import deepspeed_config  # noqa: E402
 from launcher.planning.hardware import NODE_PRESETS  # noqa: E402
 from launcher.planning.memory import Cluster, Strategy  # noqa: E402
 from launcher.planning.model import load_shape  # noqa: E402
-from launcher.planning.training import choose_deepspeed_config, plan_as_written  # noqa: E402
+from launcher.planning.training_yaml import choose_deepspeed_config, plan_as_written  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench" / "gpu"))
 from make_assets import SHAPES  # noqa: E402

@@ -31,10 +31,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
-from launcher import nodeprogram  # noqa: E402
 from launcher.backends.agent import POLL_TIMEOUT_S, nodes_from  # noqa: E402
-from launcher.repo import PLAYBOOK_DIR  # noqa: E402
-from launcher.runner import PlaybookRunner  # noqa: E402
+from launcher.backends.runner import PlaybookRunner  # noqa: E402
+from launcher.spec.repo import PLAYBOOK_DIR  # noqa: E402
+from launcher.transfer import nodeprogram  # noqa: E402
 
 # what launch.yml's install puts into a node's run folder for the agent: the node program
 AGENT_FILES = [nodeprogram.program_file()]

@@ -1,11 +1,12 @@
 """Import structure of a package: its import cycles and its largest modules (lines, fan-out).
 
-    python tools/import_report.py [PACKAGE] [--top N] [--check]
+    python tools/import_report.py [PACKAGE] [--top N] [--check] [--packages]
 
 A cycle is a group of modules that import each other, directly or not (strongly connected components of the
 import graph, function-level imports included). Counted twice: over the imports that run, and with the
 imports under ``TYPE_CHECKING`` too (they never run, but show which types two modules share). Fan-out: the
-package's own modules a module imports directly. The architecture contracts themselves are import-linter's
+package's own modules a module imports directly. ``--packages``: how many modules (and lines) each package
+holds, the top level counted as ``(top)``. The architecture contracts themselves are import-linter's
 (``lint-imports``, pyproject.toml). Their ``exclude_type_checking_imports`` holds for every contract, so
 ``--check`` (tools/lint) is what keeps the module graph free of cycles with the ``TYPE_CHECKING`` imports
 too: it exits 1 when either count is not 0.
@@ -61,6 +62,7 @@ def main() -> int:
     parser.add_argument("package", nargs="?", default="launcher")
     parser.add_argument("--top", type=int, default=8, help="how many of the largest modules to list")
     parser.add_argument("--check", action="store_true", help="exit 1 when there is any import cycle")
+    parser.add_argument("--packages", action="store_true", help="list the modules and lines per package")
     args = parser.parse_args()
     total = 0
     for type_checking in (False, True):
@@ -90,6 +92,20 @@ def main() -> int:
     print("largest modules (lines, fan-out):")
     for lines, fan_out, module in sorted(rows, reverse=True)[: args.top]:
         print(f"  {lines:5d} {fan_out:3d}  {module}")
+    if args.packages:
+        per: dict[str, list[int]] = {}
+        for lines, _, module in rows:
+            parts = module.split(".")
+            is_package = root.joinpath(*parts[1:]).is_dir() if len(parts) > 1 else True
+            if is_package and len(parts) <= 2:
+                continue  # a package's __init__ is counted with the package's modules below
+            name = ".".join(parts[:2]) if len(parts) > 2 else f"{parts[0]} (top)"
+            count = per.setdefault(name, [0, 0])
+            count[0] += 1
+            count[1] += lines
+        print("modules per package (modules, lines):")
+        for name, (count, lines) in sorted(per.items()):
+            print(f"  {count:4d} {lines:6d}  {name}")
     return 1 if args.check and total else 0
 
 

@@ -20,7 +20,8 @@ sys.path.insert(0, str(REPO / "python"))
 from launcher.planning.calibration import H200_CLUSTER, SHAPES  # noqa: E402
 from launcher.planning.hardware import H200  # noqa: E402
 from launcher.planning.memory import Strategy  # noqa: E402
-from launcher.planning.training import Split, plan_training_from_yaml  # noqa: E402
+from launcher.planning.training import Split  # noqa: E402
+from launcher.planning.training_yaml import plan_training_from_yaml  # noqa: E402
 
 TRAIN = {
     "per_device_train_batch_size": 2,

@@ -42,7 +42,8 @@ from launcher.planning.hardware import H200, NODE_PRESETS  # noqa: E402
 from launcher.planning.memory import Cluster, Strategy, Workload  # noqa: E402
 from launcher.planning.model import load_shape  # noqa: E402
 from launcher.planning.speed import model_flops_per_token  # noqa: E402
-from launcher.planning.training import Candidate, Split, TrainingPlan, plan_training_from_yaml  # noqa: E402
+from launcher.planning.training import Candidate, Split, TrainingPlan  # noqa: E402
+from launcher.planning.training_yaml import plan_training_from_yaml  # noqa: E402
 
 MEMHOOK = REPO / "bench" / "gpu" / "memhook"
 PEAK_CODE = (

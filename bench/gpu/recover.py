@@ -39,7 +39,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 from gpu_strategies import INVENTORY, RUN_LINE_RE, launcher_cmd, write_job  # noqa: E402
-from launcher.nodelayout import layout  # noqa: E402 - gpu_strategies puts python/ on sys.path
+from launcher.spec.nodelayout import layout  # noqa: E402 - gpu_strategies puts python/ on sys.path
 
 TRAINER_MARK = "llamafactory/launcher.py"  # the script torchrun runs for each rank (LLaMA-Factory's launcher)
 AGENT_KEY = "MIFT_AGENT_KEY"  # every process of a run carries MIFT_AGENT_KEY=<run_id>@<run_dir> (mift_agent)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
-from launcher.exit_codes import BAD_INPUT, JOB_FAILED, ExitCode
+from launcher.exit_codes import BAD_INPUT, JOB_FAILED, NOTHING, ExitCode
 from launcher.problems import Problem
 
 if TYPE_CHECKING:
@@ -42,6 +42,12 @@ class ConfigurationError(LauncherError):
     def at(cls, path: str | Path, key: str, message: str, rule: str = "schema") -> ConfigurationError:
         """Return the error of one problem in one file."""
         return cls(problems=[Problem(str(path), key, message, rule)])
+
+
+class NoRunsError(LauncherError):
+    """Nothing there: the runs folder holds no run (``status``, ``logs``, ``list``)."""
+
+    exit_code = NOTHING
 
 
 class JobFailedError(LauncherError):

@@ -19,7 +19,18 @@ if TYPE_CHECKING:
 LOG = logging.getLogger("launcher")
 
 # Order is the order shown in --help.
-COMMAND_MODULES = ("validate", "plan", "check", "stage", "run", "status", "logs", "stop", "list")
+COMMAND_MODULES = (
+    "validate",
+    "plan",
+    "check",
+    "stage",
+    "run",
+    "status",
+    "logs",
+    "stop",
+    "list",
+    "completion",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,9 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m launcher",
         description="Validate, plan, run, follow, stop and report multi-node LLaMA-Factory ZeRO-3 jobs.",
-        epilog="Exit codes: 0 ok, 1 job failed, 2 bad input. Set LAUNCHER_DEBUG=1 for tracebacks.",
+        epilog="Exit codes: 0 ok, 1 job failed, 2 bad input, 3 no runs. Set LAUNCHER_DEBUG=1 for tracebacks.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.set_defaults(root_parser=parser)  # `completion` generates its script from this parser
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         module = importlib.import_module(f"launcher.commands.{name}")
@@ -38,7 +50,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cli(argv: Sequence[str] | None = None) -> ExitCode:
-    """Parse ``argv``, run the command, and turn domain errors into one line on stderr."""
+    """Parse ``argv``, run the command, and turn domain errors into one line on stderr.
+
+    A reader that closes stdout early (``python -m launcher plan JOB | head -1``) ends the command quietly,
+    for every command: stdout is flushed here, so a closed pipe shows inside this function and not as a
+    traceback when the interpreter exits; the rest of the output is dropped. The exit code is the command's
+    when it had finished (the pipe closed only at the flush), else 1 (job failed: the command was cut short).
+    """
+    code: ExitCode | None = None
+    try:
+        code = _cli(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # point stdout at /dev/null: the interpreter's own flush at exit would raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return code if code is not None else JOB_FAILED
+    return code
+
+
+def _cli(argv: Sequence[str] | None) -> ExitCode:
     debug = os.environ.get("LAUNCHER_DEBUG", "") not in ("", "0")
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(name)s: %(message)s")
     parser = build_parser()

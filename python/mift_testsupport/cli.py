@@ -1,7 +1,7 @@
 """The launcher's CLI entry point run in-process, with an Ansible runner that must not be called.
 
 A bad input that needs no host must be rejected before any playbook runs. :func:`run_cli` calls
-``launcher.main.cli(argv)`` in this process with ``launcher.runner.PlaybookRunner`` replaced by
+``launcher.main.cli(argv)`` in this process with ``launcher.backends.runner.PlaybookRunner`` replaced by
 :class:`RunnerMustNotBeCalled`, a test double that records and refuses any construction or call (and so does
 ``ansible_runner.run``/``run_async``, the one library below it). The result says whether it was reached.
 """
@@ -28,7 +28,8 @@ class RunnerReachedError(AssertionError):
 
 
 class RunnerMustNotBeCalled:
-    """Test double for ``launcher.runner.PlaybookRunner``: records the attempt, raises RunnerReachedError."""
+    """Test double for ``launcher.backends.runner.PlaybookRunner``: records the attempt, raises
+    RunnerReachedError."""
 
     calls: ClassVar[list[str]] = []
 
@@ -51,19 +52,15 @@ def _ansible_runner_must_not_be_called(*args: object, **kwargs: object) -> None:
 def runner_must_not_be_called() -> Iterator[list[str]]:
     """Replace the launcher's Ansible runner by :class:`RunnerMustNotBeCalled`; yield the list of attempts.
 
-    Every loaded ``launcher`` module that bound the real class (``from launcher.runner import
-    PlaybookRunner``) gets the double too, and so do ``ansible_runner.run`` and ``run_async``.
+    The one seam where the launcher builds its runner (``launcher.backends.runner.make_runner`` builds the
+    module's ``PlaybookRunner``) gets the double, and so do ``ansible_runner.run`` and ``run_async``.
     """
     import ansible_runner  # noqa: PLC0415 - the launcher's dependency, imported with it
 
-    import launcher.runner  # noqa: PLC0415 - imported here so that importing this module stays cheap
+    import launcher.backends.runner  # noqa: PLC0415 - imported here so that importing this module stays cheap
 
-    real = launcher.runner.PlaybookRunner
     patched: list[tuple[object, str, object]] = [
-        (mod, "PlaybookRunner", real)
-        for name, mod in list(sys.modules.items())
-        if (name == "launcher" or name.startswith("launcher."))
-        and getattr(mod, "PlaybookRunner", None) is real
+        (launcher.backends.runner, "PlaybookRunner", launcher.backends.runner.PlaybookRunner)
     ]
     patched += [(ansible_runner, n, getattr(ansible_runner, n)) for n in ("run", "run_async")]
     RunnerMustNotBeCalled.calls = []

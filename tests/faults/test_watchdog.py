@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from launcher.jobspec import JobSpec
+from launcher.spec.jobspec import JobSpec
 from mift_testsupport.cluster import INJECT_DIR, RANKS_PER_HOST, Cluster
 from mift_testsupport.launcher import finish
 

@@ -11,12 +11,12 @@ import json
 import threading
 from typing import TYPE_CHECKING, Any
 
-from launcher.runner import RunningPlaybook
+from launcher.backends.runner import RunningPlaybook
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from launcher.runner import PlaybookResult
+    from launcher.backends.runner import PlaybookResult
 
 
 class PollStreamDouble:

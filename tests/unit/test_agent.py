@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import nodeprogram
 from launcher.node import common as node_common
 from launcher.node import supervise as node_supervise
+from launcher.transfer import nodeprogram
 
 AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 FAKE = Path(__file__).with_name("fake_trainer.py")

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from launcher.backends.agent_stream import AgentStream, answer_of
+from launcher.backends.runner import RunningPlaybook
 from launcher.node import contract
-from launcher.runner import RunningPlaybook
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -102,7 +102,7 @@ class ScriptedStreamTEST_DOUBLE:  # noqa: N801 - the test-double marker in the n
 
 
 class JobTEST_DOUBLE:  # noqa: N801 - the test-double marker in the name
-    """TEST DOUBLE of launcher.job.Job: its hosts, extra vars and runner."""
+    """TEST DOUBLE of launcher.engine.job.Job: its hosts, extra vars and runner."""
 
     def __init__(self, runner: ScriptedStreamTEST_DOUBLE) -> None:
         self.runner = runner

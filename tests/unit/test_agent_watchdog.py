@@ -143,7 +143,7 @@ def test_collect_ships_the_trainers_tensorboard_event_files(tmp_path: Path) -> N
     """report_to: tensorboard: the event files HF's Trainer writes under <output_dir>/runs/<time>_<host>/
     reach the controller's nodes/<host>/ (flat: their names are unique), where `tensorboard --logdir` reads
     them."""
-    from launcher.job import unpack_collected  # noqa: PLC0415
+    from launcher.engine.job import unpack_collected  # noqa: PLC0415
 
     run_dir = tmp_path / "r1"
     events = run_dir / "output" / "runs" / "Dec05_03-10-00_host1"

@@ -15,8 +15,8 @@ from launcher.backends.slurm_shared import SharedSlurmBackend
 from launcher.backends.ssh import SshBackend, SshHandle
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK
-from launcher.jobspec import parse_job_spec
-from launcher.runs import RunDir, RunRecord, exit_code_of
+from launcher.rundir.runs import RunDir, RunRecord, exit_code_of
+from launcher.spec.jobspec_load import parse_job_spec
 
 SLURM_INVENTORY = (
     "all:\n  vars:\n    mift_launcher_backend: slurm\n  children:\n"

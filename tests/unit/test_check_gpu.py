@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.backends.runner import PlaybookRunner
 from launcher.engine.check import gpu_table, measure_gpus
-from launcher.runner import PlaybookRunner
 
 ansible_runner = pytest.importorskip("ansible_runner")
 torch = pytest.importorskip("torch")

@@ -1,14 +1,16 @@
 """Defects once found in run, validate and plan: one test each, in-process through ``launcher.main.cli``.
 
-``run`` is driven against ``NodesDouble``, a test double of ``launcher.runner.PlaybookRunner`` (this machine
+``run`` is driven against ``NodesDouble``, a test double of ``launcher.backends.runner.PlaybookRunner`` (this
+machine
 has no nodes for these tests): it answers the preflight and launch playbooks as two healthy CPU nodes would
-and keeps the bundle each node would have received. ``RefusingRunner`` fails the test if anything constructs
+and keeps the bundle each node would have received. ``RunnerMustNotBeCalled`` fails the test if anything
+constructs
 it: bad input must be refused before a runner exists.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -21,15 +23,14 @@ import pytest
 import yaml
 from poll_stream_double import PollStreamDouble
 
+from launcher.backends import runner as runner_module
+from launcher.backends.runner import PlaybookResult
 from launcher.main import cli
-from launcher.repo import PLAYBOOK_DIR
-from launcher.runner import PlaybookResult
+from launcher.spec.repo import PLAYBOOK_DIR
+from mift_testsupport.cli import RunnerMustNotBeCalled
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = ("host1", "host2")
-# where the PlaybookRunner class is looked up (today's engine and the one before it, which imported it by
-# name)
-RUNNER_HOMES = ("launcher.runner", "launcher.commands.run", "launcher.job", "launcher.engine.steps")
 
 
 def _facts(host: str) -> dict[str, Any]:
@@ -69,6 +70,9 @@ class NodesDouble(PollStreamDouble):
             if NodesDouble.on_preflight is not None:
                 NodesDouble.on_preflight()
             result.reports = {h: {"preflight": _facts(h)} for h in HOSTS}
+        elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
+            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             files = Path(extravars["mift_files_dir"])
             for host in HOSTS:
@@ -77,20 +81,9 @@ class NodesDouble(PollStreamDouble):
         return result
 
 
-class RefusingRunner:
-    """Test double that fails the test when constructed: nothing may reach a node on bad input."""
-
-    def __init__(self, *_: Any, **__: Any) -> None:
-        raise AssertionError("PlaybookRunner constructed although the input was bad")
-
-
 def _patch_runner(monkeypatch: pytest.MonkeyPatch, cls: type) -> None:
-    for name in RUNNER_HOMES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        monkeypatch.setattr(module, "PlaybookRunner", cls, raising=False)
+    # the one seam where the launcher builds its runner (launcher.backends.runner.make_runner)
+    monkeypatch.setattr(runner_module, "PlaybookRunner", cls)
 
 
 @pytest.fixture
@@ -151,7 +144,7 @@ def test_spec_silent_ships_the_deepspeed_file_the_yaml_names(lab, monkeypatch, c
 
 def test_spec_none_against_a_yaml_deepspeed_file_is_refused(lab, monkeypatch, capsys):
     """Spec ``deepspeed: none`` while the YAML names a DeepSpeed file: one line, exit 2, no runner."""
-    _patch_runner(monkeypatch, RefusingRunner)
+    _patch_runner(monkeypatch, RunnerMustNotBeCalled)
     job = _job(lab, "contradict", "names_ds.yaml", deepspeed="none")
     assert _run(lab, job) == 2
     line = _one_error_line(capsys.readouterr().err)
@@ -200,7 +193,7 @@ def test_validate_folder_without_configs_is_an_error(tmp_path, capsys, content):
 
 @pytest.mark.timeout(30)
 def test_run_on_a_fifo_is_one_line_exit_2(lab, monkeypatch, capsys):
-    _patch_runner(monkeypatch, RefusingRunner)
+    _patch_runner(monkeypatch, RunnerMustNotBeCalled)
     fifo = lab / "job.yaml"
     os.mkfifo(fifo)
     assert cli(["run", str(fifo), "--detach"]) == 2
@@ -208,7 +201,7 @@ def test_run_on_a_fifo_is_one_line_exit_2(lab, monkeypatch, capsys):
 
 
 def test_run_on_a_symlink_loop_is_one_line_exit_2(lab, monkeypatch, capsys):
-    _patch_runner(monkeypatch, RefusingRunner)
+    _patch_runner(monkeypatch, RunnerMustNotBeCalled)
     loop = lab / "loop.yaml"
     loop.symlink_to(lab / "loop.yaml")
     assert cli(["run", str(loop), "--detach"]) == 2

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from launcher import nodeprogram
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import parse_job_spec
-from launcher.nodeenv import render_node_env, resolve_nproc
-from launcher.preflight import NodeFacts, _check, apply_torch_facts
-from launcher.torchinfo import cuda_hosts, torch_backend, torch_gpu_count, torch_gpu_mem_gib
+from launcher.preflight.checks import NodeFacts, _check, apply_torch_facts
+from launcher.preflight.nodeenv import render_node_env, resolve_nproc
+from launcher.preflight.torchinfo import cuda_hosts, torch_backend, torch_gpu_count, torch_gpu_mem_gib
+from launcher.spec.jobspec_load import parse_job_spec
+from launcher.transfer import nodeprogram
 
 SRC = Path("/jobs/x.yaml")
 H200 = 143771 * 1024**2

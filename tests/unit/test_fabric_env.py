@@ -13,7 +13,7 @@ import pytest
 
 from launcher.exceptions import ConfigurationError
 from launcher.fabric.env import derived_env, missing_interface, node_fabric, resolve_fabric, roce_v2_index
-from launcher.jobspec import FabricOptions
+from launcher.spec.jobspec import FabricOptions
 
 HOSTS = ["host1", "host2", "host3"]
 ADDR = {"host1": "10.231.14.11", "host2": "10.231.14.12", "host3": "10.231.14.13"}

@@ -1,34 +1,19 @@
-"""The all-reduce rounds, slow pairs and bad nodes, the cache and the planner's measured inter-node bandwidth
-(launcher.fabric.links, launcher.engine.split.measured_links)."""
+"""Slow pairs, bad nodes and the cache (launcher.fabric.links); rounds: tests/unit/test_fabric_schedule.py;
+the planner reads a GPU record only, never a TCP one: tests/unit/test_fabric_gpulinks.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from launcher.engine.split import measured_links
-from launcher.fabric import links
+from launcher.fabric import links, schedule
 from launcher.fabric.links import LinkResult, judge
-from launcher.planning.hardware import MI300X
-from launcher.planning.memory import Cluster, Strategy, Workload
-from launcher.planning.model import ModelShape
-from launcher.planning.speed import tokens_per_second
-from launcher.preflight import NodeFacts
+from launcher.preflight.checks import NodeFacts
 
 if TYPE_CHECKING:
     import pytest
 
 HOSTS = ["host1", "host2", "host3"]
-
-
-def test_rounds_are_every_pair_then_the_ring_each_on_its_own_port() -> None:
-    assert links.rounds(HOSTS, 29510) == [
-        {"hosts": ["host1", "host2"], "port": 29510},
-        {"hosts": ["host1", "host3"], "port": 29511},
-        {"hosts": ["host2", "host3"], "port": 29512},
-        {"hosts": ["host1", "host2", "host3"], "port": 29513},
-    ]
-    assert links.rounds(HOSTS[:2], 29510) == [{"hosts": ["host1", "host2"], "port": 29510}]
 
 
 def _results(gbs: dict[str, float]) -> list[LinkResult]:
@@ -70,7 +55,7 @@ def test_two_nodes_are_judged_by_the_floor_only() -> None:
 
 
 def test_a_failed_round_is_slow_with_its_error() -> None:
-    planned = links.rounds(HOSTS[:2], 29510)
+    planned = schedule.planned_rounds(HOSTS[:2], 29510)
     merged = links.merge(
         {"host1": {"results": [{"hosts": ["host1", "host2"], "error": "timed out"}]}}, planned
     )
@@ -101,38 +86,3 @@ def test_the_cache_is_per_boot_and_node_set(tmp_path: Path, monkeypatch: pytest.
     assert links.cache_key(rebooted.hosts, rebooted.train_address, rebooted.probe) != key
     swapped = links.cache_key(facts.hosts[::-1], facts.train_address, facts.probe)
     assert swapped != key
-
-
-def _predicted(accelerator: Any) -> float:
-    shape = ModelShape(  # Llama-3-70B
-        hidden=8192,
-        intermediate=28672,
-        layers=80,
-        heads=64,
-        kv_heads=8,
-        vocab=128256,
-        tied_embeddings=False,
-    )
-    workload = Workload(model=shape, finetuning="lora", micro_batch=1, cutoff_len=4096, lora_rank=16)
-    cluster = Cluster(nodes=2, gpus_per_node=8, gpu_mem_gib=192.0, host_mem_gib=2000.0)
-    return tokens_per_second(workload, Strategy.ZERO3, cluster, accelerator, 1)
-
-
-def test_the_planner_uses_the_measured_inter_node_bandwidth(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(links.CACHE_ENV, str(tmp_path))
-    facts = _facts()
-    assert measured_links(MI300X, facts) is MI300X  # nothing measured: the model's 48 GB/s per GPU
-    before = _predicted(MI300X)
-    key = links.cache_key(facts.hosts, facts.train_address, facts.probe)
-    assert key is not None
-    links.save(key, facts.hosts, judge(_results({"host1-host2": 16.0})), nproc_per_node=8)
-    measured = measured_links(MI300X, facts)
-    assert measured.inter_node_gbs == 2.0  # 16 GB/s between the nodes, shared by 8 GPUs
-    after = _predicted(measured)
-    assert after < before * 0.9, (before, after)
-    assert facts.notes == [
-        "plan: inter-node bandwidth 2.000 GB/s per GPU, measured by launcher check (instead of the MI300X "
-        "model's 48)"
-    ]

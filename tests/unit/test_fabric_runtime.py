@@ -20,17 +20,17 @@ from poll_stream_double import PollStreamDouble
 from test_cli_in_process import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 from test_fabric_env import roce_port_double
 
+from launcher.backends.runner import PlaybookResult
 from launcher.exceptions import ConfigurationError
 from launcher.fabric.env import resolve_fabric
 from launcher.fabric.runtime import DEBUG_ENV, TransportCheck, TransportWatch, hidden_by
-from launcher.follow import follow
-from launcher.jobspec import FabricOptions, RecoveryPolicy
+from launcher.follow.live import follow
+from launcher.follow.recovery import classify, decide
+from launcher.follow.verdict import Verdict
 from launcher.main import cli
 from launcher.node import status as node_status
-from launcher.recovery import classify, decide
-from launcher.runner import PlaybookResult
-from launcher.runs import RunDir
-from launcher.verdict import Verdict
+from launcher.rundir.runs import RunDir
+from launcher.spec.jobspec import FabricOptions, RecoveryPolicy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
 
@@ -232,6 +232,9 @@ class TransportNodesDouble(PollStreamDouble):
                 h: {"preflight": {**_facts(h), "probe": {**_facts(h)["probe"], "net": rdma_net_double(h)}}}
                 for h in HOSTS
             }
+        elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
+            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             files = Path(extravars["mift_files_dir"])
             TransportNodesDouble.shipped = {
@@ -326,7 +329,7 @@ def test_engine_an_env_that_hides_the_line_is_not_judged(lab, monkeypatch, capsy
 
 
 class EndedJobTEST_DOUBLE:  # noqa: N801 - the test-double marker in the name
-    """TEST DOUBLE of launcher.job.Job: one poll, both nodes finished, host2's RCCL said Socket."""
+    """TEST DOUBLE of launcher.engine.job.Job: one poll, both nodes finished, host2's RCCL said Socket."""
 
     def __init__(self, run: RunDir) -> None:
         self.run = run

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
+from launcher.backends.runner import PlaybookResult
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import parse_job_spec
 from launcher.main import cli
 from launcher.node import probe as mift_probe
-from launcher.preflight import MODEL_FILES, NodePath, node_paths, run_preflight
-from launcher.report import steps_text
-from launcher.runner import PlaybookResult
-from launcher.runs import RunRecord
+from launcher.preflight.checks import MODEL_FILES, NodePath, node_paths, run_preflight
+from launcher.rundir.report import steps_text
+from launcher.rundir.runs import RunRecord
+from launcher.spec.jobspec_load import parse_job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "configs" / "train" / "tiny_cpu_lora_sft.yaml"
@@ -111,15 +111,21 @@ def test_node_paths_are_the_model_dataset_and_named_checkpoint() -> None:
     assert "global_step*" not in no_ds[1].files[1]
 
 
-def test_hub_ids_remote_datasets_and_run_resume_need_no_node_folder() -> None:
+def test_remote_datasets_and_run_resume_need_no_node_folder_a_hub_id_its_cached_snapshot() -> None:
     train = {
         "model_name_or_path": "meta-llama/Meta-Llama-3-8B",
         "dataset_dir": "REMOTE:org/x",
         "dataset": "a",
     }
-    assert node_paths(train, _spec(resume="/out/checkpoint-4"), deepspeed=None, resume_run=True) == []
-    assert node_paths({**train, "dataset_dir": "none"}, _spec(), deepspeed=None) == []
-    assert node_paths({**train, "dataset_dir": "/d", "tokenized_path": "/t"}, _spec(), deepspeed=None) == []
+    # the trainers run offline: a hub id must be complete in each node's Hugging Face cache (tests/unit/
+    # test_hub_preflight.py), no folder path
+    hub_only = [("model_name_or_path", "meta-llama/Meta-Llama-3-8B")]
+    for paths in (
+        node_paths(train, _spec(resume="/out/checkpoint-4"), deepspeed=None, resume_run=True),
+        node_paths({**train, "dataset_dir": "none"}, _spec(), deepspeed=None),
+        node_paths({**train, "dataset_dir": "/d", "tokenized_path": "/t"}, _spec(), deepspeed=None),
+    ):
+        assert [(p.what, p.hub) for p in paths] == hub_only
 
 
 # --- the probe on a node --------------------------------------------------------------------------------

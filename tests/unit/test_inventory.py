@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from launcher.exceptions import ConfigurationError
-from launcher.inventory import check_hosts, inventory_names
-from launcher.jobspec import JobSpec, parse_job_spec
+from launcher.spec.inventory import check_hosts, inventory_names
+from launcher.spec.jobspec import JobSpec
+from launcher.spec.jobspec_load import parse_job_spec
 
 INVENTORY = """\
 all:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import is_secret, load_job_spec, mask_env, parse_job_spec
+from launcher.spec.jobspec import is_secret, mask_env
+from launcher.spec.jobspec_load import load_job_spec, parse_job_spec
 from launcher.validation.job import load_job
 
 REPO = Path(__file__).parents[2]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from launcher.follow import render_table
-from launcher.metrics import summarize
-from launcher.verdict import Judge
+from launcher.follow.live import render_table
+from launcher.follow.verdict import Judge
+from launcher.rundir.metrics import summarize
 
 DONE = {"state": "finished", "rc": 0, "outputs_complete": True}
 RUN = {"state": "running"}

@@ -1,23 +1,24 @@
 """Property: whatever bytes, YAML or JSON a config holds, the CLI answers with an exit code, not a traceback.
 
 ``validate`` exits 0 or 2 with one line per problem; ``run`` and ``plan`` exit 2 on a bad job spec with one
-line, and ``run`` never constructs the ansible-runner wrapper (the test double ``RefusingRunner`` fails if
+line, and ``run`` never constructs the ansible-runner wrapper (the test double
+``RunnerMustNotBeCalled`` fails if
 it does).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from launcher.backends import runner as runner_module
 from launcher.main import cli
+from mift_testsupport.cli import RunnerMustNotBeCalled
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = settings(
@@ -35,21 +36,10 @@ JOB_KEYS = ["name", "train_config", "deepspeed", "hosts", "nproc_per_node", "mas
 job_specs = st.dictionaries(st.sampled_from(JOB_KEYS), values, min_size=1, max_size=6)
 
 
-class RefusingRunner:
-    """Test double that fails the test when constructed: nothing may reach a node on bad input."""
-
-    def __init__(self, *_: Any, **__: Any) -> None:
-        raise AssertionError("PlaybookRunner constructed for a generated job spec")
-
-
 @pytest.fixture(autouse=True)
 def _no_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("launcher.runner", "launcher.engine.steps", "launcher.commands.run", "launcher.job"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:  # the engine before this one had no launcher.engine
-            continue
-        monkeypatch.setattr(module, "PlaybookRunner", RefusingRunner, raising=False)
+    # the one seam where the launcher builds its runner (launcher.backends.runner.make_runner)
+    monkeypatch.setattr(runner_module, "PlaybookRunner", RunnerMustNotBeCalled)
 
 
 def _answer(capsys: pytest.CaptureFixture[str], argv: list[str], allowed: set[int]) -> str:

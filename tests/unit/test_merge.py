@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from launcher import nodecall
 from launcher.exceptions import ConfigurationError, JobFailedError
-from launcher.jobspec import MERGE_PROMPTS, MergeOptions, parse_job_spec
-from launcher.merge import adapter_holders, first_difference, merge_after_run, merge_request, wanted
-from launcher.runs import RunDir
+from launcher.rundir.runs import RunDir
+from launcher.spec.jobspec import MERGE_PROMPTS, MergeOptions
+from launcher.spec.jobspec_load import parse_job_spec
+from launcher.transfer import nodecall
+from launcher.transfer.merge import adapter_holders, first_difference, merge_after_run, merge_request, wanted
 
 TRAIN = {"model_name_or_path": "/opt/m", "template": "default", "finetuning_type": "lora", "do_train": True}
 
@@ -177,7 +178,9 @@ def _merge(
 ) -> tuple[RunDir, str]:
     monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setattr(nodecall, "call", node)
-    monkeypatch.setattr("launcher.staging.node_connections", lambda _r, host, _c: {host: ["ssh", host]})
+    monkeypatch.setattr(
+        "launcher.transfer.staging.node_connections", lambda _r, host, _c: {host: ["ssh", host]}
+    )
     run = RunDir.create("mg-1", {"name": "mg"})
     run.update(outputs={"host1": ["/r/output/adapter_model.safetensors"], "host2": []})
     out = io.StringIO()
@@ -295,7 +298,8 @@ def test_default_prompts_live_in_one_place() -> None:
 def test_the_stage_report_with_no_destination_gives_the_connection_only(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """launcher.staging.node_connections asks the stage playbook for no folder: the node answers {}."""
+    """launcher.transfer.staging.node_connections asks the stage playbook for no folder: the node answers
+    {}."""
     from launcher.node import stage as mift_stage  # noqa: PLC0415
 
     assert mift_stage.main(["report", "--cache", ""]) == 0

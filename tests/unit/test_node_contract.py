@@ -9,9 +9,9 @@ import typing
 import pytest
 
 from launcher.backends.agent import nodes_from
+from launcher.backends.runner import PlaybookResult
 from launcher.node import contract
-from launcher.runner import PlaybookResult
-from launcher.runs import RunRecord
+from launcher.rundir.runs import RunRecord
 
 
 def test_state_names_are_the_strings_on_the_wire() -> None:

@@ -14,8 +14,8 @@ import ansible_runner
 import pytest
 import yaml
 
-from launcher.nodelayout import layout
-from launcher.runner import PlaybookRunner
+from launcher.backends.runner import PlaybookRunner
+from launcher.spec.nodelayout import layout
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE_DEFAULTS = REPO / "roles" / "mift_defaults" / "defaults" / "main.yml"

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher import nodeprogram
 from launcher.node import probe as node_probe
-from launcher.nodelayout import layout
+from launcher.spec.nodelayout import layout
+from launcher.transfer import nodeprogram
 
 # the node program as shipped (``python3 PROGRAM install ...``: the launch playbook's one command)
 PROGRAM = nodeprogram.program_file()
@@ -67,7 +67,8 @@ def test_an_unknown_program_is_refused_with_the_list() -> None:
     proc = subprocess.run([sys.executable, str(PROGRAM), "nope"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "mift_node: program 'nope' is not one of agent, allreduce, gpu-check, install, prepare, probe, stage"
+        "mift_node: program 'nope' is not one of agent, allreduce, gpu-allreduce, gpu-check, install, lease, "
+        "prepare, probe, stage"
     )
 
 
@@ -140,7 +141,7 @@ def test_probe_skips_torch_when_the_controller_holds_the_answer_for_the_key(tmp_
 
 
 def test_controller_keeps_answers_without_errors_and_fills_cached_replies(tmp_path: Path) -> None:
-    from launcher.torch_answers import TorchAnswers  # noqa: PLC0415
+    from launcher.preflight.torch_answers import TorchAnswers  # noqa: PLC0415
 
     path = tmp_path / "cache" / "torch-probe.json"
     first = TorchAnswers(path)

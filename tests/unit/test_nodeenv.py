@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.backends.runner import PlaybookResult
 from launcher.engine.plan import build_plan
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import parse_job_spec
-from launcher.nodeenv import masked, mi300x_env, provisioned_env, render_node_env, resolve_nproc
-from launcher.preflight import NodeFacts, run_preflight, stack_drift
-from launcher.runner import PlaybookResult
+from launcher.preflight.checks import NodeFacts, run_preflight, stack_drift
+from launcher.preflight.nodeenv import masked, mi300x_env, provisioned_env, render_node_env, resolve_nproc
+from launcher.spec.jobspec_load import parse_job_spec
 from launcher.validation.job import load_job
 
 SRC = Path("/jobs/x.yaml")
@@ -167,7 +167,7 @@ def test_preflight_passes_the_flash_attn_runtime_env_to_the_trainer() -> None:
     assert with_job_env["h1"]["FLASH_ATTENTION_TRITON_AMD_ENABLE"] == "0"  # the job spec wins over both
 
 
-# AMD's MI300X run-time settings (launcher.nodeenv.MI300X_ENV; sources in docs/stack.md)
+# AMD's MI300X run-time settings (launcher.preflight.nodeenv.MI300X_ENV; sources in docs/stack.md)
 ROCM_STACK = {"backend": "rocm", "hip": "7.2.53211"}
 EIGHT = {"verified": True, "count": 8}
 

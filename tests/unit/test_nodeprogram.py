@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher import nodeprogram
+from launcher.transfer import nodeprogram
 
 SHELL = ["sh", "-c"]  # TEST DOUBLE: the node's shell, as ssh HOST would give it
 

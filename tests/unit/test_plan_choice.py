@@ -13,11 +13,10 @@ from launcher.exceptions import ConfigurationError
 from launcher.planning.hardware import NODE_PRESETS
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Strategy, Workload, activation_bytes
 from launcher.planning.model import BUNDLED_DIR, ModelShape, load_shape
-from launcher.planning.training import (
-    TrainingPlan,
+from launcher.planning.training import TrainingPlan, plan_training
+from launcher.planning.training_yaml import (
     choose_deepspeed_config,
     plan_as_written,
-    plan_training,
     plan_training_from_yaml,
     write_auto_config,
 )
@@ -166,7 +165,8 @@ def test_plan_command_json_and_table(tmp_path, capsys):
     assert [s["name"] for s in out["strategies"]] == [s.value for s in SPEED_RANK]
     assert set(out["strategies"][0]) >= {"name", "gpu_mem_gib", "host_mem_gib", "fits"}
     assert out["choice"] == "none"
-    assert _run_cli([str(tmp_path / "job.yaml"), "--hardware", "h200"]) == 2  # 70B does not fit one H200
+    # 70B does not fit one H200 (--nodes 1: the job's hosts, trainers, are 2 nodes in the default inventory)
+    assert _run_cli([str(tmp_path / "job.yaml"), "--hardware", "h200", "--nodes", "1"]) == 2
     text = capsys.readouterr().out
     assert "Nothing fits" in text and "ZeRO-3 + optimizer + param offload" in text
 

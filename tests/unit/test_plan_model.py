@@ -14,7 +14,7 @@ from launcher.planning.model import (
     load_shape,
     shape_from_config,
 )
-from launcher.planning.training import base_workload
+from launcher.planning.training_yaml import base_workload
 
 LLAMA3_70B = BUNDLED_DIR / "llama3_70b.json"
 

@@ -18,12 +18,11 @@ import pytest
 import yaml
 from test_plan_wiring import _h200, _job
 
+from launcher.engine.load import validate
 from launcher.engine.plan import TRAIN_FILE, build_plan
 from launcher.engine.probe import LauncherProber
 from launcher.engine.split import auto_plan, record_of, summary_line
-from launcher.engine.steps import validate
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import load_job_spec_bytes
 from launcher.planning.calibration import H200_CLUSTER, SHAPE_3B, SHAPE_8B
 from launcher.planning.candidate import Candidate, ProbeMeasure
 from launcher.planning.hardware import H200, MI300X
@@ -37,6 +36,7 @@ from launcher.planning.probe import (
 )
 from launcher.planning.report import render_training
 from launcher.planning.training import TrainingPlan, plan_training
+from launcher.spec.jobspec_load import load_job_spec_bytes
 from launcher.validation.job import load_job
 
 if TYPE_CHECKING:
@@ -303,9 +303,10 @@ def test_plan_command_probe_prints_the_probe_and_json_carries_it(tmp_path: Path,
 
 def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
     """Preflight runs once for the probe: later candidates on the same node reuse its facts, as copies."""
-    import launcher.engine.steps as steps  # noqa: PLC0415
-    from launcher.preflight import PreflightOnce, facts_of_host  # noqa: PLC0415
-    from launcher.runs import exit_code_of  # noqa: PLC0415
+    import launcher.engine.attempts as attempts  # noqa: PLC0415
+    import launcher.engine.run as steps  # noqa: PLC0415
+    from launcher.preflight.checks import PreflightOnce, facts_of_host  # noqa: PLC0415
+    from launcher.rundir.runs import exit_code_of  # noqa: PLC0415
 
     job_path = _job(tmp_path, "deepspeed: none\n")
     preflights: list[str] = []
@@ -322,7 +323,10 @@ def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
 
     monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setattr(steps, "run_preflight", preflight_on_the_h200)
-    monkeypatch.setattr(steps, "_ship_and_follow", ship)
+    monkeypatch.setattr(attempts, "ship_and_follow", ship)
+    # no node here: the lease is launcher.engine.lease's (tests/faults/test_lease.py)
+    leased: list[list[str]] = []
+    monkeypatch.setattr(steps, "take_leases", lambda runner, run, hosts, **_: leased.append(list(hosts)))
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    n1: {ansible_host: 127.0.0.1}\n")
     once = PreflightOnce()
@@ -330,7 +334,7 @@ def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
         out = io.StringIO()
         run = steps.run_job(job_path, inventory=inventory, detach=False, out=out, preflight_once=once)
         assert exit_code_of(run.load().get("status")) == 0  # run_job returns the run directory
-    assert len(preflights) == 1 and shipped == [["n1"]] * 3
+    assert len(preflights) == 1 and shipped == [["n1"]] * 3 and leased == [["n1"]] * 3
     assert once.facts is not None and "changed by this run" not in once.facts.notes  # runs change copies
     assert once.reuse(["n1", "n2"]) is None  # other hosts: preflight
     assert once.reuse("n1") is None  # a pattern (the inventory decides what it matches): preflight

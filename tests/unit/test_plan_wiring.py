@@ -19,10 +19,10 @@ from launcher.commands import plan as plan_command
 from launcher.engine.plan import DS_FILE, TRAIN_FILE, build_plan, validate_plan
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import load_job_spec_bytes
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.memory import Strategy
-from launcher.preflight import NodeFacts
+from launcher.preflight.checks import NodeFacts
+from launcher.spec.jobspec_load import load_job_spec_bytes
 from launcher.validation.job import load_job
 
 SHAPE_8B = {
@@ -261,9 +261,15 @@ def test_plan_command_prints_the_candidate_table_the_reason_and_the_gain(tmp_pat
     )
     for column in ("strategy", "checkpointing", "GPU GiB", "host GiB", "tokens/s", "MFU", "fits"):
         assert column in header
-    assert "yes <- choice" in text and "(YAML's split)" in text
-    assert "plan: as_written" in text and "`plan: auto` would apply this choice" in text
-    assert "Chose ZeRO-2, micro-batch 16 x accumulation 1, checkpointing off" in text
+    # one decision: `run` applies the fastest strategy at the YAML's split (deepspeed auto, plan as_written);
+    # the training plan is what plan: auto would pick, never a second "Chose"
+    assert "Chose" not in text
+    assert text.count("`run` applies") == 1
+    assert "`run` applies no DeepSpeed (DDP): it is the fastest strategy" in text
+    assert "yes <- run" in text and "yes <- plan: auto" in text and "(YAML's split)" in text
+    assert "plan: as_written" in text
+    assert "plan: auto would choose ZeRO-2, micro-batch 16 x accumulation 1, checkpointing off" in text
+    assert "DeepSpeed: auto (the job spec): the planner picks the fastest strategy that fits" in text
     assert "2.1x the YAML's split (micro-batch 2 x accumulation 8, checkpointing on" in text
 
 

@@ -16,12 +16,8 @@ from launcher.planning.hardware import H200, MI300X, accelerator_named
 from launcher.planning.memory import GIB, SPEED_RANK, Cluster, Strategy, Workload, activation_bytes
 from launcher.planning.model import BUNDLED_DIR, load_shape
 from launcher.planning.report import TRAINING_COLUMNS, render_training
-from launcher.planning.training import (
-    Split,
-    plan_training,
-    plan_training_from_yaml,
-    read_training_yaml,
-)
+from launcher.planning.training import Split, plan_training
+from launcher.planning.training_yaml import plan_training_from_yaml, read_training_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA3_70B = load_shape(BUNDLED_DIR / "llama3_70b.json")

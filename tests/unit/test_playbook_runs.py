@@ -22,8 +22,8 @@ from types import SimpleNamespace
 import ansible_runner
 import pytest
 
-from launcher import runner
-from launcher.runner import PLAYBOOK_TOKEN, PlaybookRunner, graceful_cancel
+from launcher.backends import runner
+from launcher.backends.runner import PLAYBOOK_TOKEN, PlaybookRunner, graceful_cancel
 
 TOKEN = "0123456789abcdef"
 

@@ -14,17 +14,18 @@ from poll_stream_double import PollStreamDouble
 from test_cli_in_process import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 from test_plan_wiring import SHAPE_8B
 
-from launcher import recovery
+from launcher.backends.runner import PlaybookResult
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import RecoveryPolicy, parse_job_spec
+from launcher.follow import recovery
+from launcher.follow.recovery import Failure, classify, decide
+from launcher.follow.verdict import Judge
 from launcher.main import cli
-from launcher.metrics import summarize
 from launcher.node import status as node_status
-from launcher.recovery import Failure, classify, decide
-from launcher.report import attempt_lines
-from launcher.runner import PlaybookResult
-from launcher.runs import RunRecord
-from launcher.verdict import Judge
+from launcher.rundir.metrics import summarize
+from launcher.rundir.report import attempt_lines
+from launcher.rundir.runs import RunRecord
+from launcher.spec.jobspec import RecoveryPolicy
+from launcher.spec.jobspec_load import parse_job_spec
 
 # torchrun's report of a rank killed by SIGKILL (the lines the agent reports as failure_lines)
 KILLED = ["exitcode  : -9 (pid: 4242)", "traceback : Signal 9 (SIGKILL) received by PID 4242"]
@@ -473,6 +474,9 @@ class FlakyNodesDouble(PollStreamDouble):
                 h: {"preflight": {**_facts(h), "probe": {**_facts(h)["probe"], "checkpoints": ckpts}}}
                 for h in HOSTS
             }
+        elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
+            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             FlakyNodesDouble.launches += 1
             files = Path(extravars["mift_files_dir"])
@@ -558,7 +562,7 @@ def test_an_explicit_policy_with_detach_is_refused_in_one_line(lab, monkeypatch,
 
 def test_launcher_stop_during_the_backoff_ends_the_run(lab, monkeypatch, capsys):  # noqa: F811
     """`launcher stop` from another terminal while the run waits to retry: no next attempt."""
-    from launcher.runs import list_runs  # noqa: PLC0415
+    from launcher.rundir.runs import list_runs  # noqa: PLC0415
 
     FlakyNodesDouble.calls, FlakyNodesDouble.launches = [], 0
     FlakyNodesDouble.on_stop = lambda: list_runs()[-1].set_status("stopped", "stopped by `launcher stop`")
@@ -931,6 +935,9 @@ class SpareNodesDouble(PollStreamDouble):
                 }
                 for h in hosts
             }
+        elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
+            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             SpareNodesDouble.launches += 1
             SpareNodesDouble.started.append(hosts)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.repo import ANSIBLE_CFG, CHECKOUT, PLAYBOOK_DIR
+from launcher.spec.repo import ANSIBLE_CFG, CHECKOUT, PLAYBOOK_DIR
 
 
 def test_a_checkout_uses_its_own_ansible_cfg_and_the_demo_inventory(tmp_path: Path) -> None:

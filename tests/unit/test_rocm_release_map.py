@@ -47,7 +47,7 @@ for name in ("defaults", "vars"):
         variables.update(yaml.safe_load(fh))
 variables = trust(variables)
 variables.update(
-    mift_defaults_rocm_version="7.0.2",
+    mift_defaults_rocm_version="7.2.4",
     mift_defaults_facts_dir="/etc/ansible/facts.d",
     ansible_facts={"distribution": "Ubuntu", "distribution_major_version": "22", "kernel": "5.15.0-1"},
 )
@@ -79,6 +79,7 @@ RELEASES = {
     "7.2.1": ("7.2.1", "7.2.1", "30.30.1"),
     "7.2.2": ("7.2.2", "7.2.1", "30.30.1"),  # published under graphics/7.2.1 and amdgpu/30.30.1
     "7.2.3": ("7.2.3", "7.2.3", "30.30.3"),
+    "7.2.4": ("7.2.4", "7.2.4", "30.30.4"),
 }
 
 
@@ -98,7 +99,7 @@ def test_the_map_holds_exactly_these_releases() -> None:
     assert list(render("{{ _rocm_driver_versions.keys() | list }}")) == list(RELEASES)
 
 
-@pytest.mark.parametrize("release", ["7.2.2", "7.2.3"])
+@pytest.mark.parametrize("release", ["7.2.2", "7.2.3", "7.2.4"])
 def test_installed_version_of_a_patch_release_is_the_release_itself(release: str) -> None:
     # /opt/rocm/.info/version and rocm-core start with the ROCm release, not the graphics one.
     assert render("{{ _rocm_full_version }}", rocm_version=release) == release
@@ -121,11 +122,15 @@ def test_unknown_release_has_no_driver_and_keeps_its_graphics_path() -> None:
     assert render("{{ _rocm_graphics_version }}", rocm_version="7.3") == "7.3"
 
 
-def test_example_inventory_avoids_the_hipcc_cmath_issue_of_7_0() -> None:
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        ("inventory/example/group_vars/all.yml", "rocm_version"),
+        ("roles/mift_defaults/defaults/main.yml", "mift_defaults_rocm_version"),
+    ],
+)
+def test_example_inventory_and_default_avoid_the_hipcc_cmath_issue_of_7_0(path: str, key: str) -> None:
     # hipcc on Ubuntu 22.04 with ROCm 7.0.x: "'cmath' file not found" (AMD verified issue, fixed in 7.1.0).
-    inventory = yaml.safe_load(
-        (REPO / "inventory" / "example" / "group_vars" / "all.yml").read_text(encoding="utf-8")
-    )
-    release = str(inventory["rocm_version"])
+    release = str(yaml.safe_load((REPO / path).read_text(encoding="utf-8"))[key])
     assert release in RELEASES
     assert tuple(int(part) for part in release.split(".")) >= (7, 1)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.exceptions import ConfigurationError
-from launcher.runs import RunDir, find_run, list_runs, new_run_id
+from launcher.exceptions import ConfigurationError, NoRunsError
+from launcher.rundir.runs import RunDir, find_run, list_runs, new_run_id
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +28,7 @@ def test_create_record_and_timeline(runs_dir: Path) -> None:
 
 
 def test_find_by_id_prefix_latest_and_errors() -> None:
-    with pytest.raises(ConfigurationError, match="no runs"):
+    with pytest.raises(NoRunsError, match="no runs"):
         find_run(None)
     first = RunDir.create("alpha-1", {"created_at": 1.0})
     second = RunDir.create("alpha-2", {"created_at": 2.0})

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from launcher import nodeprogram
 from launcher.backends import choose_backend
 from launcher.backends.slurm import first_failure, login_host, record_master
 from launcher.backends.slurm_script import (
@@ -26,8 +25,10 @@ from launcher.backends.slurm_script import (
     sbatch_script,
 )
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import SlurmOptions, parse_job_spec
-from launcher.runs import RunDir
+from launcher.rundir.runs import RunDir
+from launcher.spec.jobspec import SlurmOptions
+from launcher.spec.jobspec_load import parse_job_spec
+from launcher.transfer import nodeprogram
 from mift_testsupport.slurm import srun_task_env
 
 AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from launcher import nodeprogram
 from launcher.backends import backend_of, choose_backend
 from launcher.backends.slurm import SlurmBackend, first_failure
 from launcher.backends.slurm_script import Allocation, Partition, check_request, sbatch_script
@@ -26,9 +25,11 @@ from launcher.backends.slurm_shared import (
     record_fields,
 )
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import SlurmOptions, parse_job_spec
-from launcher.nodelayout import layout
-from launcher.preflight import NodeFacts
+from launcher.preflight.checks import NodeFacts
+from launcher.spec.jobspec import SlurmOptions
+from launcher.spec.jobspec_load import parse_job_spec
+from launcher.spec.nodelayout import layout
+from launcher.transfer import nodeprogram
 from mift_testsupport.slurm import srun_task_env
 
 if TYPE_CHECKING:
@@ -306,7 +307,7 @@ def test_stop_marks_ranks_slurm_ended_and_reports_a_job_still_there(tmp_path: Pa
 
 
 def test_the_node_table_shows_each_ranks_slurm_node() -> None:
-    from launcher.follow import render_table  # noqa: PLC0415
+    from launcher.follow.live import render_table  # noqa: PLC0415
 
     lines = render_table(
         ["rank0", "h2"],

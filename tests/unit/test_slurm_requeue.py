@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from test_slurm_backend import alloc
 
-from launcher import nodeprogram
 from launcher.backends import check_recovery as _check_recovery
 from launcher.backends.slurm import record_requeues
 from launcher.backends.slurm_script import (
@@ -31,12 +30,13 @@ from launcher.backends.slurm_script import (
     time_limit_s,
 )
 from launcher.exceptions import ConfigurationError
-from launcher.follow import queued
-from launcher.jobspec import parse_job_spec
+from launcher.follow.live import queued
+from launcher.follow.watchdog import ProgressWatch, Schedule, WatchdogOptions
 from launcher.node import contract
 from launcher.node import slurm as node_slurm
-from launcher.runs import RunDir
-from launcher.watchdog import ProgressWatch, Schedule, WatchdogOptions
+from launcher.rundir.runs import RunDir
+from launcher.spec.jobspec_load import parse_job_spec
+from launcher.transfer import nodeprogram
 from mift_testsupport.slurm import srun_task_env
 
 AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)

@@ -14,24 +14,22 @@ from typing import Any
 import pytest
 import yaml
 
+from launcher.backends.runner import PlaybookResult
 from launcher.exceptions import ConfigurationError, JobFailedError
-from launcher.jobspec import parse_job_spec
 from launcher.node import stage as mift_stage
-from launcher.runner import PlaybookResult
-from launcher.runs import RunRecord
-from launcher.staging import (
+from launcher.rundir.runs import RunRecord
+from launcher.spec.jobspec_load import parse_job_spec
+from launcher.transfer.manifest import (
     Manifest,
     StageItem,
     build_manifest,
     disk_shortfall,
     hf_snapshot,
     manifest_digest,
-    progress_line,
-    ssh_argv,
-    stage,
     stage_items,
     to_send,
 )
+from launcher.transfer.staging import progress_line, ssh_argv, stage
 from launcher.validation.job import load_job
 
 SRC = Path("/jobs/x.yaml")
@@ -207,7 +205,7 @@ def test_paths_leaving_the_destination_are_refused(tmp_path: Path) -> None:
     [
         ({"model": {"controller": "m", "shared": "/s"}}, "name exactly one source"),
         ({"model": {}}, "got none"),
-        ({"model": {"controller": "m", "revision": "main"}}, "revision goes with hf_cache only"),
+        ({"model": {"controller": "m", "revision": "main"}}, "revision goes with hf_cache or hub only"),
         ({"model": {"shared": "rel/path"}}, "must be an absolute node path"),
         ({"dataset_dir": {"hf_cache": "org/data"}}, "hf_cache holds models here"),
         ({"model": {"hf_cache": "not a repo"}}, "String should match pattern"),
@@ -357,9 +355,9 @@ def test_source_changed_after_its_manifest_is_named(tmp_path: Path, monkeypatch:
 
 
 def test_the_run_records_the_manifests_it_staged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from launcher.engine.steps import stage_for_run  # noqa: PLC0415
-    from launcher.report import staging_lines  # noqa: PLC0415
-    from launcher.runs import RunDir  # noqa: PLC0415
+    from launcher.engine.stage import stage_for_run  # noqa: PLC0415
+    from launcher.rundir.report import staging_lines  # noqa: PLC0415
+    from launcher.rundir.runs import RunDir  # noqa: PLC0415
 
     monkeypatch.setenv("MIFT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
@@ -419,7 +417,7 @@ def test_a_file_another_staging_is_writing_is_left_alone(tmp_path: Path) -> None
 
 
 def test_a_shared_folder_must_look_the_same_from_every_node(tmp_path: Path) -> None:
-    from launcher.staging import shared_differences  # noqa: PLC0415
+    from launcher.transfer.manifest import shared_differences  # noqa: PLC0415
 
     root = _tree(tmp_path / "shared", FILES)
     first = mift_stage.report([str(root)], mift_stage.HashCache(None))[str(root)]

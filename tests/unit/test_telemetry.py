@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 
-from launcher import nodeprogram
+from launcher.follow.telemetry import WarningOnce, after_fields, first_gpu_fault, gpu_lines
+from launcher.follow.verdict import Judge
 from launcher.node import gpu as g
-from launcher.telemetry import WarningOnce, after_fields, first_gpu_fault, gpu_lines
-from launcher.verdict import Judge
+from launcher.transfer import nodeprogram
 from mift_testsupport import gpu_telemetry
 from mift_testsupport.gpu_telemetry import metric_document
 
@@ -406,7 +406,7 @@ def test_after_fields_mark_the_node() -> None:
 
 
 def test_job_spec_default_lives_in_the_spec() -> None:
-    from launcher.jobspec import JobSpec, Telemetry  # noqa: PLC0415
+    from launcher.spec.jobspec import JobSpec, Telemetry  # noqa: PLC0415
 
     assert Telemetry().period_s == 30.0
     assert JobSpec(name="x", train_config=Path("t.yaml")).telemetry.period_s == 30.0
@@ -498,8 +498,8 @@ def test_agent_run_completes_with_a_hanging_tool(double: Path, tmp_path: Path) -
 
 
 def test_gpu_plot_beside_the_loss_curve(tmp_path: Path) -> None:
-    from launcher.plot import plot_gpus  # noqa: PLC0415
-    from launcher.telemetry import gpu_series  # noqa: PLC0415
+    from launcher.follow.telemetry import gpu_series  # noqa: PLC0415
+    from launcher.rundir.plot import plot_gpus  # noqa: PLC0415
 
     gpus = g.parse_amd_metric(json.dumps(metric_document()))
     for host, t0 in (("host1", 1000.0), ("host2", 1001.0)):

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 import yaml
 
-from launcher import nodecall, tokenize_once
 from launcher.engine.plan import TRAIN_FILE, with_tokenized_path
 from launcher.exceptions import JobFailedError
 from launcher.node import prepare as mift_prepare
 from launcher.node import stage as mift_stage
-from launcher.staging import stage
-from launcher.tokenize_once import (
+from launcher.transfer import nodecall, tokenize_once
+from launcher.transfer.staging import stage
+from launcher.transfer.tokenize_once import (
     DATA_KEYS,
     IGNORED_DATA_KEYS,
     cache_key,
@@ -206,7 +206,7 @@ class StageRunnerDouble:
         self.node_cache = node_cache
 
     def run(self, playbook: str, extravars: dict[str, Any]) -> Any:
-        from launcher.runner import PlaybookResult  # noqa: PLC0415
+        from launcher.backends.runner import PlaybookResult  # noqa: PLC0415
 
         held = mift_stage.report(list(extravars["mift_stage_dests"]), mift_stage.HashCache(self.node_cache))
         answer = {"held": held, "connection": "local", "ssh": {"host": "host1"}, "play_hosts": ["host1"]}

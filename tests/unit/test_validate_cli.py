@@ -44,7 +44,12 @@ def test_shipped_configs_pass(capsys, builtin):
         f"{REPO / 'configs/train/llama3_70b_lora_sft_ds3.yaml'}: "
         "ok (llamafactory config, sft lora, ZeRO-3 + offload)" in lines
     )
-    assert len(lines) == 6
+    for name, what in (("llama3_70b_full_sft_ds3.yaml", "sft full"), ("llama3_8b_lora_sft.yaml", "sft lora")):
+        assert any(
+            line.startswith(f"{REPO / 'configs/train' / name}: ok (llamafactory config, {what}")
+            for line in lines
+        )
+    assert len(lines) == 8
 
 
 def test_one_line_per_problem_and_format(capsys):

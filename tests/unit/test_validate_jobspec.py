@@ -1,4 +1,4 @@
-"""Job specs are validated by launcher.jobspec, then the training YAML and DeepSpeed file they name."""
+"""Job specs are validated by launcher.spec.jobspec, then the training YAML and DeepSpeed file they name."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from launcher.main import cli
 
 REPO = Path(__file__).resolve().parents[2]
-pytest.importorskip("launcher.jobspec")
+pytest.importorskip("launcher.spec.jobspec")
 
 
 def _job(tmp_path, text):

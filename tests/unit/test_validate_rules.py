@@ -195,3 +195,25 @@ def test_ddp_timeout_far_above_a_hang_window_warns_once():
     for path in sorted((REPO / "configs" / "train").glob("*.yaml")):
         cfg = yaml.safe_load(path.read_text())
         assert rules.ddp_timeout_hides_hangs(str(path), cfg, None) == [], path
+
+
+@pytest.mark.parametrize(
+    ("report_to", "refused", "instead"),
+    [
+        ("wandb", "wandb", "tensorboard"),
+        ("mlflow", "mlflow", "tensorboard"),
+        (["tensorboard", "wandb"], "wandb", "tensorboard"),
+        ("wandb,mlflow", "wandb, mlflow", "tensorboard"),
+        ("all", "all", "tensorboard"),
+    ],
+)
+def test_online_tracker_refused_with_what_works(report_to, refused, instead):
+    problems = rules.online_tracker_offline_nodes("t.yaml", {"report_to": report_to}, None)
+    assert [p.rule for p in problems] == ["online-tracker-offline-nodes"]
+    assert str(problems[0]).startswith(f"t.yaml: report_to: {refused}: the nodes are offline by design")
+    assert f"use report_to: {instead} (its event files are collected" in str(problems[0])
+
+
+@pytest.mark.parametrize("report_to", ["none", "tensorboard", ["tensorboard"], None])
+def test_offline_trackers_pass(report_to):
+    assert rules.online_tracker_offline_nodes("t.yaml", {"report_to": report_to}, None) == []

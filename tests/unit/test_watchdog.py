@@ -1,4 +1,5 @@
-"""The progress watchdog's decisions (launcher/watchdog.py): windows, progress, who lags, the job spec key."""
+"""The progress watchdog's decisions (launcher/follow/watchdog.py): windows, progress, who lags, the job spec
+key."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from typing import Any
 import pytest
 
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import parse_job_spec
-from launcher.watchdog import (
+from launcher.follow.watchdog import (
     FLIGHT_RECORDER_ENV,
     MIN_INTERVALS,
     ProgressWatch,
@@ -20,6 +20,7 @@ from launcher.watchdog import (
     p95,
     with_flight_recorder,
 )
+from launcher.spec.jobspec_load import parse_job_spec
 
 HOSTS = ("host1", "host2")
 OPTS = WatchdogOptions(k=5, floor_s=10, first_step_s=60, save_s=40, eval_s=30)

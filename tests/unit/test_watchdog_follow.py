@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from launcher.engine.finish import finish
-from launcher.follow import follow
-from launcher.report import summary_lines
-from launcher.runs import FINAL_STATES, RunDir
-from launcher.verdict import Verdict
-from launcher.watchdog import ProgressWatch, Schedule, WatchdogOptions
+from launcher.follow.live import follow
+from launcher.follow.verdict import Verdict
+from launcher.follow.watchdog import ProgressWatch, Schedule, WatchdogOptions
+from launcher.rundir.report import summary_lines
+from launcher.rundir.runs import FINAL_STATES, RunDir
 
 HOSTS = ["host1", "host2"]
 
@@ -31,7 +31,7 @@ def _node(step: int, state: str = "S") -> dict[str, Any]:
 
 
 class JobTEST_DOUBLE:  # noqa: N801 - the test-double marker in the name
-    """TEST DOUBLE of launcher.job.Job: scripted polls, every poll judged running, stops recorded."""
+    """TEST DOUBLE of launcher.engine.job.Job: scripted polls, every poll judged running, stops recorded."""
 
     def __init__(self, run: RunDir, polls: list[dict[str, dict[str, Any]]]) -> None:
         self.run = run
@@ -54,6 +54,9 @@ class JobTEST_DOUBLE:  # noqa: N801 - the test-double marker in the name
 
     def stop(self) -> None:
         self.stops.append(self.dump_stacks_on_stop)
+
+    def release_lease(self) -> list[str]:
+        return []  # the ssh backend's lease is launcher.engine.lease's (tests/faults/test_lease.py)
 
     def finalize(self, state: str, reason: str = "", nodes: object = None) -> None:
         del nodes

@@ -21,7 +21,7 @@ SSH_CFG=$RIG_HOME/ssh/config
 HTTP_PORT=8080
 PROFILES=(mi300x mi300x-vf mi300x-cpx mi250x mi210 mi300x-rocminfo4 mi300x-amdsmi-cut)
 DEFAULT_PROFILE=mi300x
-MAX_HOSTS=50
+MAX_HOSTS=128                          # addresses .11-.138 of the subnet; 64 measured here (bench/control_plane_scale.py)
 
 host_ip()   { echo "$NET.$((10 + $1))"; }     # host1 -> 10.231.<ID>.11
 host_name() { echo "host$1"; }

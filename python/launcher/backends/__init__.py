@@ -26,15 +26,15 @@ from launcher.backends.slurm import SharedSlurmHandle, SlurmBackend, SlurmHandle
 from launcher.backends.slurm_shared import SharedSlurmBackend
 from launcher.backends.ssh import SshBackend, SshHandle
 from launcher.exceptions import ConfigurationError
-from launcher.inventory import default_inventory, inventory_list, inventory_var
-from launcher.runs import RunRecord
+from launcher.rundir.runs import RunRecord
+from launcher.spec.inventory import default_inventory, inventory_list, inventory_var
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
     from typing import IO
 
-    from launcher.jobspec import JobSpec
+    from launcher.spec.jobspec import JobSpec
 
 DEFAULT_BACKEND = "ssh"
 # the inventory variable that chooses the backend (group all), overridden by `run --backend`

@@ -9,9 +9,9 @@ from launcher.node import contract
 
 if TYPE_CHECKING:
     from launcher.backends.base import RunNodes
+    from launcher.backends.runner import PlaybookResult
     from launcher.engine.plan import RunPlan
-    from launcher.runner import PlaybookResult
-    from launcher.runs import RunDir
+    from launcher.rundir.runs import RunDir
 
 POLL_TIMEOUT_S = 8  # seconds a node has to answer one poll (poll.yml)
 START_WAIT_S = 30  # seconds the agent's start waits for the trainer to come up (launch.yml)
@@ -50,7 +50,7 @@ def stop_agents(job: RunNodes) -> PlaybookResult:
 
 
 def collect_agents(job: RunNodes) -> PlaybookResult:
-    """Fetch every node's ``collect.tar.gz`` over ssh (collect.yml); ``Job.collect`` (launcher/job.py)
+    """Fetch every node's ``collect.tar.gz`` over ssh (collect.yml); ``Job.collect`` (launcher/engine/job.py)
     unpacks."""
     return job.runner.run(
         "collect",

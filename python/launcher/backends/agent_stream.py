@@ -19,14 +19,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from launcher.backends.agent import POLL_TIMEOUT_S, timed_out
+from launcher.backends.runner import failure_line
 from launcher.node import contract
-from launcher.runner import failure_line
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from launcher.backends.base import RunNodes
-    from launcher.runner import RunningPlaybook
+    from launcher.backends.runner import RunningPlaybook
 
 PLAYBOOK = "poll_stream"
 IDENT = "poll-stream"  # its artifacts folder: not ``poll``, which ``launcher status`` uses meanwhile

@@ -8,6 +8,7 @@ nothing else; a new backend is one new module.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -19,12 +20,12 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import IO, Self
 
+    from launcher.backends.runner import PlaybookResult, PlaybookRunner
     from launcher.engine.plan import RunPlan
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodeFacts, NodePath
-    from launcher.runner import PlaybookResult, PlaybookRunner
-    from launcher.runs import RunDir
-    from launcher.verdict import Verdict
+    from launcher.follow.verdict import Verdict
+    from launcher.preflight.checks import NodeFacts, NodePath
+    from launcher.rundir.runs import RunDir
+    from launcher.spec.jobspec import JobSpec
 
 # the run record's key holding the backend's handle (``kind`` and the handle's fields)
 HANDLE_KEY = "handle"
@@ -49,7 +50,8 @@ class Handle:
 
 
 class RunNodes(Protocol):
-    """A started run's nodes as a backend reaches them (:class:`launcher.job.Job`, built from the record)."""
+    """A started run's nodes as a backend reaches them (:class:`launcher.engine.job.Job`, built from the
+    record)."""
 
     @property
     def run(self) -> RunDir:
@@ -114,7 +116,8 @@ class PollEach:
 
 
 class Preflight(Protocol):
-    """:func:`launcher.preflight.run_preflight`, as the engine hands it to :meth:`Backend.preflight`."""
+    """:func:`launcher.preflight.checks.run_preflight`, as the engine hands it to
+    :meth:`Backend.preflight`."""
 
     def __call__(
         self,
@@ -130,22 +133,32 @@ class Preflight(Protocol):
         ...
 
 
-class Backend(Protocol):
-    """The remote side of a run: prepare, preflight, start, poll, judge, stop and collect."""
+class Backend(abc.ABC):
+    """The remote side of a run: prepare, preflight, start, poll, judge, stop and collect.
+
+    An abstract base: each backend writes what differs; what they share is written here once (preflight
+    on every node of the job).
+    """
 
     name: ClassVar[str]
 
     @classmethod
+    @abc.abstractmethod
+    @abc.abstractmethod
     def inventory_fields(cls, inventory: Mapping[str, Any], where: str) -> dict[str, Any]:
         """Return what the backend reads from the inventory (``ansible-inventory --list``) for the record."""
         ...
 
     @classmethod
+    @abc.abstractmethod
+    @abc.abstractmethod
     def takes(cls, spec: JobSpec) -> bool:
         """Return True when the backend can run ``spec`` (False: ``run`` refuses it before anything)."""
         ...
 
     @classmethod
+    @abc.abstractmethod
+    @abc.abstractmethod
     def prepare(
         cls, spec: JobSpec, chosen: Mapping[str, Any], where: Path, run_id: str, *, resume: bool
     ) -> Handle:
@@ -153,11 +166,15 @@ class Backend(Protocol):
         ...
 
     @classmethod
+    @abc.abstractmethod
+    @abc.abstractmethod
     def from_handle(cls, handle: Handle) -> Self:
         """Return the backend of a run prepared with ``handle``."""
         ...
 
     @classmethod
+    @abc.abstractmethod
+    @abc.abstractmethod
     def recovery(cls, spec: JobSpec, where: Path, *, detach: bool, out: IO[str]) -> bool:
         """Return True when the launcher retries failed attempts; refuse (one line) a policy the backend
         cannot follow; note when the default one is off."""
@@ -174,35 +191,45 @@ class Backend(Protocol):
         checkpoints_of: str | None,
         requires: Sequence[NodePath],
     ) -> NodeFacts:
-        """Run preflight where the backend reaches; return the facts the plan is made from."""
-        ...
+        """Run preflight where the backend reaches; return the facts the plan is made from (by default: on
+        every node of the job)."""
+        return run_preflight(
+            runner, spec, run_id, output_dir=output_dir, checkpoints_of=checkpoints_of, requires=requires
+        )
 
+    @abc.abstractmethod
     def start(
         self, runner: PlaybookRunner, run: RunDir, plan: RunPlan, launch_vars: Mapping[str, Any]
     ) -> PlaybookResult:
         """Start the trainers (or hand them to the scheduler); per-host ``start`` reports and failures."""
         ...
 
+    @abc.abstractmethod
     def started(self, plan: RunPlan) -> tuple[str, str]:
         """Return the line said once started ('' for none) and the MASTER_ADDR the start line shows."""
         ...
 
+    @abc.abstractmethod
     def poll(self, job: RunNodes) -> dict[str, contract.NodeStatus]:
         """Return host -> the node agent's status (one poll: ``status``, a settled look after a failure)."""
         ...
 
+    @abc.abstractmethod
     def poller(self, job: RunNodes, interval_s: float) -> Poller:
         """Return the poller of a follow that polls every ``interval_s`` seconds."""
         ...
 
+    @abc.abstractmethod
     def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:
         """Return the function that turns one poll's node states into the run's state."""
         ...
 
+    @abc.abstractmethod
     def stop(self, job: RunNodes) -> PlaybookResult:
         """Stop every trainer of the run; per-host ``stop`` reports (what is left)."""
         ...
 
+    @abc.abstractmethod
     def collect(self, job: RunNodes) -> PlaybookResult:
         """Fetch every node's logs, state and metrics into ``nodes/<host>/``; per-host ``collect`` reports."""
         ...

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.backends.agent import POLL_TIMEOUT_S, collect_agents, nodes_from
-from launcher.backends.base import HANDLE_KEY, Handle, PollEach
+from launcher.backends.base import HANDLE_KEY, Backend, Handle, PollEach
 from launcher.backends.slurm_script import (
     ENDED_BADLY,
     QUEUED,
@@ -36,22 +36,21 @@ from launcher.backends.slurm_script import (
     sbatch_script,
 )
 from launcher.exceptions import ConfigurationError
-from launcher.inventory import group_members, inventory_var
+from launcher.follow.verdict import Verdict, first_cause
 from launcher.node import contract
-from launcher.nodelayout import layout
-from launcher.verdict import Verdict, first_cause
+from launcher.spec.inventory import group_members, inventory_var
+from launcher.spec.nodelayout import layout
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Mapping
     from pathlib import Path
     from typing import IO
 
-    from launcher.backends.base import Preflight, RunNodes
+    from launcher.backends.base import RunNodes
+    from launcher.backends.runner import PlaybookResult, PlaybookRunner
     from launcher.engine.plan import RunPlan
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodeFacts, NodePath
-    from launcher.runner import PlaybookResult, PlaybookRunner
-    from launcher.runs import RunDir
+    from launcher.rundir.runs import RunDir
+    from launcher.spec.jobspec import JobSpec
 
 # the inventory variable naming the host where sbatch, scontrol and scancel run, else the first host of:
 LOGIN_VAR = "mift_slurm_login_host"
@@ -133,7 +132,7 @@ class SharedSlurmHandle(Handle):
         return {**super().record_fields(), "slurm": self.slurm_fields()}
 
 
-class SlurmBackend:
+class SlurmBackend(Backend):
     """Submit with sbatch, follow with scontrol and the node agents, stop with scancel."""
 
     name: ClassVar[str] = "slurm"
@@ -209,22 +208,6 @@ class SlurmBackend:
                 file=out,
             )
         return False
-
-    def preflight(
-        self,
-        run_preflight: Preflight,
-        runner: PlaybookRunner,
-        spec: JobSpec,
-        run_id: str,
-        *,
-        output_dir: str | None,
-        checkpoints_of: str | None,
-        requires: Sequence[NodePath],
-    ) -> NodeFacts:
-        """Preflight on every node of the job (over ssh, as the ssh backend)."""
-        return run_preflight(
-            runner, spec, run_id, output_dir=output_dir, checkpoints_of=checkpoints_of, requires=requires
-        )
 
     def started(self, plan: RunPlan) -> tuple[str, str]:
         """Say the job id; the allocation's first node is the MASTER_ADDR (the agent's slurm-step sets it)."""
@@ -347,7 +330,7 @@ class SlurmBackend:
         slurm.update(state=self.last.state, reason=self.last.reason, exit_code=self.last.exit_code)
         if self.last.restarts:
             slurm["restarts"] = self.last.restarts
-        job.run.update(slurm=slurm)
+        job.run.set_slurm(slurm)
         record_master(job.run, nodes)
         record_requeues(job.run, self.last, nodes)
         if self.last.state in QUEUED:  # queued first, or again after a requeue
@@ -389,7 +372,7 @@ class SlurmBackend:
         if self.last is None or self.last.state not in ENDED_BADLY | {"COMPLETED", "GONE"}:
             slurm = dict(job.run.load().get("slurm") or {})  # the job may still run: this scancel ends it
             slurm["cancelled_by_launcher"] = True
-            job.run.update(slurm=slurm)
+            job.run.set_slurm(slurm)
         return job.runner.run(
             self.STOP_PLAYBOOK,
             {**job.base_vars, "mift_stop_grace_s": job.stop_grace_s, **self.extra_vars},
@@ -432,7 +415,7 @@ def record_requeues(run: RunDir, last: SlurmJob, nodes: Mapping[str, contract.No
             resumed[restart] = step if isinstance(step, int) else None
     updated = requeued_attempts(attempts, last.restarts, causes, resumed, int(max_restarts), time.time())
     if updated != attempts:
-        run.update(attempts=updated)
+        run.set_attempts(updated)
 
 
 def first_failure(nodes: Mapping[str, contract.NodeStatus]) -> str:

@@ -16,7 +16,7 @@ from launcher.node import contract
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from launcher.jobspec import JobSpec, SlurmOptions
+    from launcher.spec.jobspec import JobSpec, SlurmOptions
 
 # JobState values (squeue/scontrol): still to start, running, or ended (docs/slurm.md "States")
 QUEUED = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})

@@ -23,18 +23,18 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from launcher.backends.slurm import SharedSlurmHandle, SlurmBackend, run_root
-from launcher.nodelayout import layout
-from launcher.preflight import GIB, NodeFacts
+from launcher.preflight.checks import GIB, NodeFacts
+from launcher.spec.nodelayout import layout
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from launcher.backends.base import Handle, Preflight, RunNodes
+    from launcher.backends.runner import PlaybookResult, PlaybookRunner
     from launcher.backends.slurm_script import Allocation
     from launcher.engine.plan import RunPlan
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodePath
-    from launcher.runner import PlaybookResult, PlaybookRunner
+    from launcher.preflight.checks import NodePath
+    from launcher.spec.jobspec import JobSpec
 
 
 def rank_names(nodes: int) -> list[str]:

@@ -7,21 +7,21 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from launcher.backends.agent import collect_agents, poll_agents, stop_agents
 from launcher.backends.agent_stream import AgentStream
-from launcher.backends.base import Handle, recovery_or_note
+from launcher.backends.base import Backend, Handle, recovery_or_note
+from launcher.backends.ssh_stream import STREAM_FROM_NODES, SshStream
 from launcher.node import contract
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Mapping
     from pathlib import Path
     from typing import IO
 
-    from launcher.backends.base import Preflight, RunNodes
+    from launcher.backends.base import RunNodes
+    from launcher.backends.runner import PlaybookResult, PlaybookRunner
     from launcher.engine.plan import RunPlan
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodeFacts, NodePath
-    from launcher.runner import PlaybookResult, PlaybookRunner
-    from launcher.runs import RunDir
-    from launcher.verdict import Verdict
+    from launcher.follow.verdict import Verdict
+    from launcher.rundir.runs import RunDir
+    from launcher.spec.jobspec import JobSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,9 +32,9 @@ class SshHandle(Handle):
     backend: ClassVar[str] = "ssh"
 
 
-class SshBackend:
-    """Start through playbooks/launch.yml, poll through poll.yml (a follow: poll_stream.yml), stop through
-    stop.yml."""
+class SshBackend(Backend):
+    """Start through playbooks/launch.yml, poll through poll.yml (a follow: poll_stream.yml; of many nodes:
+    one ssh session per node, ssh_stream.py), stop through stop.yml."""
 
     name: ClassVar[str] = "ssh"
 
@@ -72,22 +72,6 @@ class SshBackend:
         why = "a detached run is not followed: nobody restarts it" if detach else ""
         return recovery_or_note(spec, where, why, out)
 
-    def preflight(
-        self,
-        run_preflight: Preflight,
-        runner: PlaybookRunner,
-        spec: JobSpec,
-        run_id: str,
-        *,
-        output_dir: str | None,
-        checkpoints_of: str | None,
-        requires: Sequence[NodePath],
-    ) -> NodeFacts:
-        """Preflight on every node of the job."""
-        return run_preflight(
-            runner, spec, run_id, output_dir=output_dir, checkpoints_of=checkpoints_of, requires=requires
-        )
-
     def start(
         self, runner: PlaybookRunner, run: RunDir, plan: RunPlan, launch_vars: Mapping[str, Any]
     ) -> PlaybookResult:
@@ -103,8 +87,11 @@ class SshBackend:
         """Ask every node's agent."""
         return poll_agents(job)
 
-    def poller(self, job: RunNodes, interval_s: float) -> AgentStream:
-        """Ask every node's agent through one playbook for the whole follow (poll_stream.yml)."""
+    def poller(self, job: RunNodes, interval_s: float) -> AgentStream | SshStream:
+        """Ask every node's agent through one playbook for the whole follow (poll_stream.yml); from
+        STREAM_FROM_NODES nodes on through one ssh session per node (backends/ssh_stream.py)."""
+        if len(job.hosts) >= STREAM_FROM_NODES:
+            return SshStream(job, interval_s)
         return AgentStream(job, interval_s)
 
     def judge(self, job: RunNodes) -> Callable[[dict[str, contract.NodeStatus]], Verdict]:

@@ -21,10 +21,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Probe every node of the job (read-only), derive its NCCL/Gloo environment, judge its RDMA "
             "ports, GID index, ECC, PCIe and firmware, measure every GPU (bf16 matmul, copy bandwidth; "
-            "nodes whose torch has a GPU backend), then measure the all-reduce bandwidth of each pair "
-            "of nodes and of the ring (gloo). One table of links, slow ones flagged, one line per bad node "
-            "or link. Links are cached per boot and node set. Exit code: 0 passed, 1 something is bad, 2 "
-            "bad input."
+            "nodes whose torch has a GPU backend), then the fabric: on GPU nodes a GPU all-reduce "
+            "(NCCL/RCCL, one process per GPU) inside each node and across nodes over a sweep of sizes, with "
+            "all_reduce_perf and ib_write_bw beside it where installed; on CPU nodes the all-reduce over TCP "
+            "(gloo). Pairs run in rounds of disjoint pairs side by side. One table of links, slow ones "
+            "flagged, one line per bad node, link or tool output. Figures are cached per boot and node set; "
+            "plan: auto uses only the GPU ones. Exit code: 0 passed, 1 something is bad, 2 bad input."
         ),
     )
     p.add_argument("job", type=Path, help="job spec (its hosts, env and fabric policy)")
@@ -47,6 +49,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--gpu-min-membw-gbs", type=float, default=0.0, help="copy bandwidth floor per GPU (0: none)"
     )
+    p.add_argument(
+        "--fabric",
+        choices=("auto", "gpu", "tcp"),
+        default="auto",
+        help="what the link test measures: the GPUs' all-reduce (gpu), gloo over TCP (tcp), or gpu when "
+        "every node has a GPU backend (auto, the default)",
+    )
+    p.add_argument(
+        "--gpu-max-mib",
+        type=int,
+        default=1024,
+        help="largest all-reduce of the GPU sweep, MiB (from 1 MiB, doubling; default 1024)",
+    )
+    p.add_argument("--json", action="store_true", help='one JSON object (docs/launcher.md "JSON output")')
     p.set_defaults(func=_cmd_check)
     return p
 
@@ -64,4 +80,7 @@ def _cmd_check(args: argparse.Namespace) -> ExitCode:
         gpu_test=not args.no_gpu_test,
         gpu_min_tflops=args.gpu_min_tflops,
         gpu_min_membw_gbs=args.gpu_min_membw_gbs,
+        fabric=args.fabric,
+        gpu_max_mib=args.gpu_max_mib,
+        as_json=args.json,
     )

@@ -3,30 +3,44 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import TYPE_CHECKING
 
 from launcher.exit_codes import OK, ExitCode
 
 if TYPE_CHECKING:
-    from launcher.runs import RunRecord
+    from launcher.rundir.runs import RunRecord
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add the ``list`` subcommand."""
     p = subparsers.add_parser(
-        "list", help="list runs", description="List the runs in runs/ (or MIFT_RUNS_DIR)."
+        "list",
+        help="list runs",
+        description="List the runs in runs/ (or MIFT_RUNS_DIR). Exit code: 0, or 3 when there is none.",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='one JSON object per run, per line (docs/launcher.md "JSON output")',
     )
     p.set_defaults(func=_cmd_list)
     return p
 
 
-def _cmd_list(_args: argparse.Namespace) -> ExitCode:
-    from launcher.runs import list_runs, runs_root  # noqa: PLC0415 - `--help` imports no engine
+def _cmd_list(args: argparse.Namespace) -> ExitCode:
+    from launcher.exceptions import NoRunsError  # noqa: PLC0415
+    from launcher.rundir.runs import list_runs, runs_root  # noqa: PLC0415 - `--help` imports no engine
 
     runs = list_runs()
     if not runs:
-        print(f"no runs in {runs_root()}")
+        raise NoRunsError(f"no runs in {runs_root()}")
+    if args.json:
+        from launcher.rundir.json_out import run_object, write  # noqa: PLC0415
+
+        for run in runs:
+            write(run_object(run.record(), run), sys.stdout)
         return OK
     rows = [("RUN", "STATUS", "BACKEND", "CREATED", "NODES", "STEPS", "LOSS", "ATTEMPTS")]
     for run in runs:

@@ -8,12 +8,13 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from launcher.commands.completion import mark_run_argument
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import OK, ExitCode
 from launcher.node import contract
 
 if TYPE_CHECKING:
-    from launcher.runs import RunDir, RunRecord
+    from launcher.rundir.runs import RunDir, RunRecord
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -25,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "is "
         "fetched from the node first; --follow keeps fetching until the run ends.",
     )
-    p.add_argument("run", help="run id or unique prefix")
+    mark_run_argument(
+        p.add_argument("run", nargs="?", help="run id or unique prefix (default: the latest run)")
+    )
     p.add_argument("--node", default="0", help="node rank or host name (default: 0)")
     p.add_argument(
         "--rank",
@@ -33,12 +36,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="only this global rank's lines (its node's trainer.log, lines prefixed [rankN localL])",
     )
     p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines until the run ends")
+    p.add_argument(
+        "--json", action="store_true", help='one JSON object per line (docs/launcher.md "JSON output")'
+    )
     p.set_defaults(func=_cmd_logs)
     return p
 
 
 def _cmd_logs(args: argparse.Namespace) -> ExitCode:
-    return show_logs(args.run, node=args.node, follow=args.follow, rank=args.rank)
+    return show_logs(args.run, node=args.node, follow=args.follow, rank=args.rank, as_json=args.json)
 
 
 def _host(record: RunRecord, node: str) -> str:
@@ -71,17 +77,27 @@ def _log_path(run: RunDir, host: str) -> str:
     return str(run.nodes_dir / host / contract.TRAINER_LOG)
 
 
-def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> ExitCode:
+def show_logs(
+    ref: str | None, *, node: str, follow: bool, rank: int | None = None, as_json: bool = False
+) -> ExitCode:
     """Print (and with ``follow``, keep printing) one node's trainer log (``rank``: only that global rank's
     lines, from its node's log)."""
-    from launcher.job import Job, is_final  # noqa: PLC0415 - `--help` imports no engine
-    from launcher.runs import find_run  # noqa: PLC0415
+    from launcher.engine.job import Job, is_final  # noqa: PLC0415 - `--help` imports no engine
+    from launcher.rundir.json_out import log_objects, write  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
     record = run.record()
     host = _host(record, node) if rank is None else _rank_host(record, rank)
     printed = 0
+    from launcher.backends.slurm_shared import SharedSlurmBackend  # noqa: PLC0415
+
     job = Job(run, record) if not is_final(record) else None
+    if job is not None and not isinstance(job.backend, SharedSlurmBackend):
+        # fetch only the node asked for: one Ansible task, not one a node of the run (`logs` of a 64-node run
+        # collected every node: docs/measurements.md "Control plane at scale"); the login-host-only Slurm
+        # mode fetches every rank through the login host at once
+        job.hosts = [host]
     active = job is not None
     while True:
         if job is not None:
@@ -92,11 +108,18 @@ def show_logs(ref: str, *, node: str, follow: bool, rank: int | None = None) -> 
             data = (run.nodes_dir / host / contract.TRAINER_LOG).read_bytes()
         except OSError:
             data = b""
-        # a rank's lines: whole lines only (the rest comes with the next fetch)
-        end = len(data) if rank is None else data.rfind(b"\n") + 1
+        # a rank's lines, JSON lines: whole lines only (the rest comes with the next fetch)
+        # (a rank's lines: whole lines only; JSON lines: the last part too once nothing more comes)
+        whole = rank is None and (not as_json or not follow or not active)
+        end = len(data) if whole else data.rfind(b"\n") + 1
         if end > printed:
             text = data[printed:end].decode("utf-8", "replace")
-            sys.stdout.write(text if rank is None else rank_lines(text, rank))
+            text = text if rank is None else rank_lines(text, rank)
+            if as_json:
+                for obj in log_objects(run.run_id, host, text):
+                    write(obj, sys.stdout)
+            else:
+                sys.stdout.write(text)
             sys.stdout.flush()
             printed = end
         if not follow or not active or is_final(run.record()):

@@ -15,8 +15,8 @@ from launcher.planning.hardware import NODE_PRESETS
 from launcher.planning.memory import SAFETY_MARGIN
 
 if TYPE_CHECKING:
+    from launcher.commands.plan_cluster import PlannedCluster
     from launcher.planning.hardware import Accelerator
-    from launcher.planning.memory import Cluster
     from launcher.planning.training import TrainingPlan
     from launcher.validation.job import LoadedJob
 
@@ -42,9 +42,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--facts", type=Path, help="JSON with gpus_per_node, gpu_mem_gib, host_mem_gib (from preflight)"
     )
-    p.add_argument("--nodes", type=int, help="nodes (default: the job's host list, else 1)")
     p.add_argument(
-        "--gpus-per-node", type=int, help="GPUs per node (default: job's nproc_per_node, facts, preset)"
+        "--nodes", type=int, help="nodes (default: the job's hosts, resolved through the inventory)"
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        help="GPUs per node (default: job's nproc_per_node, --facts, the nodes' provisioned facts, "
+        "inventory, preset)",
     )
     p.add_argument("--gpu-mem-gib", type=float, help="usable memory per GPU in GiB")
     p.add_argument("--host-mem-gib", type=float, help="RAM per host in GiB")
@@ -58,7 +63,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "pick by measured tokens/s",
     )
     p.add_argument(
-        "-i", "--inventory", type=Path, help="Ansible inventory for --probe (default: ansible.cfg's)"
+        "-i",
+        "--inventory",
+        type=Path,
+        help="Ansible inventory: resolves the job's hosts: groups, and --probe runs there "
+        "(default: ansible.cfg's)",
     )
     p.add_argument("--probe-candidates", type=int, default=None, help="candidates to probe (default: 3)")
     p.add_argument("--probe-steps", type=int, default=None, help="optimizer steps per candidate (default: 4)")
@@ -70,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _facts(path: Path | None) -> dict[str, Any]:
-    from launcher.config_io import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
+    from launcher.spec.config_io import decode_text, load_json_text, read_config_bytes  # noqa: PLC0415
 
     if path is None:
         return {}
@@ -80,19 +89,27 @@ def _facts(path: Path | None) -> dict[str, Any]:
     return data
 
 
-def cluster_from(args: argparse.Namespace, hosts: str | list[str], nproc: int | None) -> Cluster:
-    """Combine flags, facts, the job spec and the preset (in that order of precedence)."""
-    from launcher.planning.memory import Cluster  # noqa: PLC0415
+def cluster_from(args: argparse.Namespace, job: LoadedJob) -> PlannedCluster:
+    """The cluster `run` would use (:mod:`launcher.commands.plan_cluster`): flags, job spec, facts, inventory,
+    preset, each value with its source."""
+    from launcher.commands.plan_cluster import plan_cluster  # noqa: PLC0415
+    from launcher.preflight.torch_answers import TorchAnswers  # noqa: PLC0415
 
-    preset = NODE_PRESETS[args.hardware]
-    gpus, gpu_mem, host_mem = preset.gpus, preset.gpu_mem_gib, preset.host_mem_gib
-    facts = _facts(args.facts)
-    nodes = args.nodes or (len(hosts) if isinstance(hosts, list) else 1)
-    return Cluster(
-        nodes=nodes,
-        gpus_per_node=int(args.gpus_per_node or nproc or facts.get("gpus_per_node") or gpus),
-        gpu_mem_gib=float(args.gpu_mem_gib or facts.get("gpu_mem_gib") or gpu_mem),
-        host_mem_gib=float(args.host_mem_gib or facts.get("host_mem_gib") or host_mem),
+    answers = TorchAnswers()
+    inventory = args.inventory.resolve() if args.inventory else None
+    return plan_cluster(
+        hosts=job.spec.hosts,
+        inventory=inventory,
+        preset=NODE_PRESETS[args.hardware],
+        preset_name=args.hardware,
+        facts_file=_facts(args.facts),
+        nodes_flag=args.nodes,
+        gpus_flag=args.gpus_per_node,
+        gpu_mem_flag=args.gpu_mem_gib,
+        host_mem_flag=args.host_mem_gib,
+        nproc_per_node=job.spec.nproc_per_node,
+        answers=answers.entries,
+        answers_path=str(answers.path),
     )
 
 
@@ -105,9 +122,9 @@ def _accelerator(args: argparse.Namespace) -> Accelerator:
 def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> TrainingPlan:
     """Run the probe on the job's first node; progress goes to stderr (stdout keeps the table or JSON)."""
     from launcher.engine.probe import LauncherProber, probe_workdir  # noqa: PLC0415
-    from launcher.engine.steps import run_job  # noqa: PLC0415
-    from launcher.inventory import first_host  # noqa: PLC0415
+    from launcher.engine.run import run_job  # noqa: PLC0415
     from launcher.planning import probe  # noqa: PLC0415
+    from launcher.spec.inventory import first_host  # noqa: PLC0415
 
     count = args.probe_candidates or probe.DEFAULT_CANDIDATES
     steps = args.probe_steps or probe.DEFAULT_STEPS
@@ -118,32 +135,37 @@ def _probe(args: argparse.Namespace, job: LoadedJob, training: TrainingPlan) -> 
         )
     inventory = args.inventory.resolve() if args.inventory else None
     if inventory is not None and not inventory.exists():
-        raise ConfigurationError(f"{args.inventory}: inventory not found")
+        from launcher.spec.inventory import inventory_not_found  # noqa: PLC0415 - `--help` imports no yaml
+
+        raise inventory_not_found(args.inventory)
     host = first_host(job.spec, inventory)
     prober = LauncherProber(job, host, inventory, probe_workdir(job.spec.name), sys.stderr, run_job)
     return probe.run_probe(training, prober, count=count, steps=steps, budget_s=budget, clock=time.monotonic)
 
 
 def run(args: argparse.Namespace) -> ExitCode:
-    """Print the plan; exit 2 when nothing fits. The job is read by the engine's one loader.
+    """Print the plan `run` would apply; exit 2 when it does not fit. The job is read by the engine's loader.
 
-    Text: the per-strategy memory table at the YAML's own split (the fixed-split plan: what
-    ``deepspeed: auto`` compares under ``plan: as_written``), then the whole training plan
-    (:mod:`launcher.planning.training`): the candidate table, why the choice won and its predicted gain over
-    the YAML as written, and whether the job spec applies it (``plan: auto``).
+    Text: the inputs (model, the cluster and where each value came from, the DeepSpeed choice in one line),
+    the per-strategy memory table at the YAML's own split, then the whole training plan
+    (:mod:`launcher.planning.training`). One decision is stated, the one `run` applies: under
+    ``plan: as_written`` the job's strategy (the pinned DeepSpeed file, none, or with ``deepspeed: auto`` the
+    fastest that fits) at the YAML's split, the training plan only as what ``plan: auto`` would pick; under
+    ``plan: auto``/``probe`` the training plan's choice, the strategy table only for reference.
     JSON: the keys it always had (``strategies``, ``choice``, ``reason``, ``inputs``: the strategy choice at
-    the YAML's split) plus ``plan_mode`` and ``training_plan`` (:meth:`TrainingPlan.as_json`).
+    the YAML's split) plus ``plan_mode``, ``training_plan`` (:meth:`TrainingPlan.as_json`), ``deepspeed``
+    (``auto``, a file, or ``none``), ``applied`` (what `run` applies) and ``cluster`` (hosts and sources).
     """
     from launcher.engine.split import plan_job  # noqa: PLC0415
     from launcher.planning.model import resolve_shape  # noqa: PLC0415
-    from launcher.planning.report import render, render_training  # noqa: PLC0415
-    from launcher.planning.training import plan_as_written  # noqa: PLC0415
+    from launcher.planning.training_yaml import plan_as_written  # noqa: PLC0415
     from launcher.validation.job import load_job  # noqa: PLC0415
 
     margin = SAFETY_MARGIN if args.margin is None else args.margin
     job = load_job(args.job)
     spec, train = job.spec, dict(job.train.data)
-    cluster = cluster_from(args, spec.hosts, spec.nproc_per_node)
+    planned = cluster_from(args, job)
+    cluster = planned.cluster
     model_config = args.model_config or spec.plan_model_config
     accelerator = _accelerator(args)
     plan = plan_as_written(
@@ -154,21 +176,23 @@ def run(args: argparse.Namespace) -> ExitCode:
     )
     if args.probe:
         training = _probe(args, job, training)
-    applies = spec.plan != "as_written"
+    from launcher.commands.plan_text import applied_of, render_plan  # noqa: PLC0415
+
+    applied = applied_of(job, plan, training)
     if args.json:
         print(
             json.dumps(
-                {**plan.as_json(), "plan_mode": spec.plan, "training_plan": training.as_json()}, indent=2
+                {
+                    **plan.as_json(),
+                    "plan_mode": spec.plan,
+                    "training_plan": training.as_json(),
+                    "deepspeed": applied.deepspeed,
+                    "applied": applied.as_json(),
+                    "cluster": planned.as_json(),
+                },
+                indent=2,
             )
         )
     else:
-        how = (
-            f"the job spec says plan: {spec.plan}: `run` applies "
-            + ("this choice" if spec.plan == "auto" else "the choice of its own probe")
-            if applies
-            else "the job spec runs the YAML as written (plan: as_written); "
-            "`plan: auto` would apply this choice"
-        )
-        print(f"{render(plan)}\n\nWhole training plan ({how})\n{render_training(training)}")
-    chosen = training.choice if applies else plan.choice
-    return OK if chosen is not None else BAD_INPUT
+        print(render_plan(job, planned, plan, training, applied))
+    return OK if applied.fits else BAD_INPUT

@@ -1,11 +1,11 @@
-"""``run JOB``: the adapter of :func:`launcher.engine.steps.run_job` (validate, preflight, start, follow)."""
+"""``run JOB``: the adapter of :func:`launcher.engine.run.run_job` (validate, preflight, start, follow)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.runs import exit_code_of
+from launcher.rundir.runs import exit_code_of
 
 if TYPE_CHECKING:
     import argparse
@@ -38,12 +38,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="continue a stopped, failed or stalled run from its last checkpoint: a new run with RUN's job "
         "spec, output_dir and inventory, resume_from_checkpoint set to the last checkpoint on the nodes",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help='take over the GPU lease of another run that still holds a node (docs/launcher.md "GPU lease")',
+    )
     p.set_defaults(func=_cmd_run, parser=p)
     return p
 
 
 def _cmd_run(args: argparse.Namespace) -> ExitCode:
-    from launcher.engine.steps import run_job  # noqa: PLC0415 - `--help` imports no engine
+    from launcher.engine.run import run_job  # noqa: PLC0415 - `--help` imports no engine
 
     if args.resume is None and args.job is None:
         args.parser.error("the following arguments are required: job")
@@ -51,9 +56,18 @@ def _cmd_run(args: argparse.Namespace) -> ExitCode:
         if args.job is not None:
             args.parser.error("argument --resume: give RUN or a job spec, not both")
         job, inventory, resume = _resume_source(args.resume, args.inventory)
-        run = run_job(job, inventory=inventory, detach=args.detach, resume=resume, backend=args.backend)
+        run = run_job(
+            job,
+            inventory=inventory,
+            detach=args.detach,
+            resume=resume,
+            backend=args.backend,
+            force=args.force,
+        )
     else:
-        run = run_job(args.job, inventory=args.inventory, detach=args.detach, backend=args.backend)
+        run = run_job(
+            args.job, inventory=args.inventory, detach=args.detach, backend=args.backend, force=args.force
+        )
     return exit_code_of(run.record().status)
 
 
@@ -61,7 +75,7 @@ def _resume_source(ref: str, inventory: Path | None) -> tuple[Path, Path | None,
     """Return the job spec, inventory and output_dir of the run ``ref`` to resume."""
     from launcher.engine.plan import ResumeFrom  # noqa: PLC0415
     from launcher.exceptions import ConfigurationError  # noqa: PLC0415
-    from launcher.runs import find_run  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     old = find_run(ref)
     record = old.record()

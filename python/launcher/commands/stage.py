@@ -1,4 +1,4 @@
-"""``stage JOB``: the adapter of :func:`launcher.engine.steps.stage_only` (the job's folders on the nodes)."""
+"""``stage JOB``: the adapter of :func:`launcher.engine.stage.stage_only` (the job's folders on the nodes)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _cmd_stage(args: argparse.Namespace) -> ExitCode:
-    from launcher.engine.steps import stage_only  # noqa: PLC0415 - `--help` imports no engine
+    from launcher.engine.stage import stage_only  # noqa: PLC0415 - `--help` imports no engine
 
     return stage_only(args.job, inventory=args.inventory, out=sys.stdout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from launcher.commands.completion import mark_run_argument
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 
 if TYPE_CHECKING:
@@ -20,22 +21,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "run nobody follows (detached, or its launcher died) is finalized here once every node has ended. "
         "Exit code: 0 running or succeeded, 1 failed, stalled or stopped.",
     )
-    p.add_argument("run", nargs="?", help="run id or unique prefix (default: the latest run)")
+    mark_run_argument(
+        p.add_argument("run", nargs="?", help="run id or unique prefix (default: the latest run)")
+    )
+    p.add_argument("--json", action="store_true", help='one JSON object (docs/launcher.md "JSON output")')
     p.set_defaults(func=_cmd_status)
     return p
 
 
 def _cmd_status(args: argparse.Namespace) -> ExitCode:
-    return show_status(args.run)
+    return show_status(args.run, as_json=args.json)
 
 
-def show_status(ref: str | None) -> ExitCode:
+def show_status(ref: str | None, *, as_json: bool = False) -> ExitCode:
     """Print a run's status; poll and, when nobody follows it, finish an active run (the engine's finish
     step)."""
     from launcher.engine.finish import finish  # noqa: PLC0415
-    from launcher.job import Job, is_final, launcher_alive  # noqa: PLC0415
-    from launcher.report import status_lines  # noqa: PLC0415
-    from launcher.runs import find_run  # noqa: PLC0415
+    from launcher.engine.job import Job, is_final, launcher_alive  # noqa: PLC0415
+    from launcher.rundir.report import status_lines  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
     record = run.record()
@@ -43,7 +47,7 @@ def show_status(ref: str | None) -> ExitCode:
     if not is_final(record) and record.hosts and live:
         job = Job(run, record)
         nodes = job.poll()
-        run.update(nodes={h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
+        run.set_nodes({h: {k: v for k, v in n.items() if k != "log_tail"} for h, n in nodes.items()})
         verdict = job.judge(nodes)
         if verdict.state != "running" and not launcher_alive(record):
             finish(job, verdict, nodes)
@@ -51,5 +55,10 @@ def show_status(ref: str | None) -> ExitCode:
     elif not is_final(record) and not launcher_alive(record) and not record.hosts:
         run.set_status("rejected", "launcher ended before any trainer was started")
         record = run.record()
-    sys.stdout.write("\n".join(status_lines(record, run)) + "\n")
+    if as_json:
+        from launcher.rundir.json_out import run_object, write  # noqa: PLC0415
+
+        write(run_object(record, run), sys.stdout)
+    else:
+        sys.stdout.write("\n".join(status_lines(record, run)) + "\n")
     return JOB_FAILED if record.status in ("failed", "stopped", "stalled", "rejected") else OK

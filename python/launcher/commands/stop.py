@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from launcher.commands.completion import mark_run_argument
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="SIGTERM the trainer's process group and every process of the run on every node, SIGKILL "
         "what is left after the grace period, check nothing is left, fetch logs. Safe to repeat.",
     )
-    p.add_argument("run", help="run id or unique prefix")
+    mark_run_argument(p.add_argument("run", help="run id or unique prefix"))
     p.set_defaults(func=_cmd_stop)
     return p
 
@@ -31,10 +32,10 @@ def _cmd_stop(args: argparse.Namespace) -> ExitCode:
 def stop_run(ref: str) -> ExitCode:
     """Stop the run everywhere; exit 0 when nothing is left running on any node."""
     from launcher.engine.finish import finish  # noqa: PLC0415
-    from launcher.job import Job, is_final  # noqa: PLC0415
-    from launcher.report import print_summary  # noqa: PLC0415
-    from launcher.runs import find_run  # noqa: PLC0415
-    from launcher.verdict import Verdict  # noqa: PLC0415
+    from launcher.engine.job import Job, is_final  # noqa: PLC0415
+    from launcher.follow.verdict import Verdict  # noqa: PLC0415
+    from launcher.rundir.report import print_summary  # noqa: PLC0415
+    from launcher.rundir.runs import find_run  # noqa: PLC0415
 
     run = find_run(ref)
     record = run.record()

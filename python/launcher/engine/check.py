@@ -8,9 +8,13 @@
    and copy bandwidth of every GPU against floors and against the node's best GPU; nothing left allocated).
    A node whose torch is a CPU build (the script's answer, not preflight's: torch is asked there only when
    needed) gets a note, not a pass.
-4. Across nodes: the all-reduce bandwidth of every pair and the ring (``playbooks/check_allreduce.yml``,
-   gloo over the derived ``GLOO_SOCKET_IFNAME``), judged by :func:`launcher.fabric.links.judge`; served from
-   the cache of this boot and node set unless ``fresh``.
+4. The fabric (:mod:`launcher.engine.check_fabric` chooses): on GPU nodes the GPU all-reduce (NCCL/RCCL
+through
+   torch.distributed, inside each node and across nodes, a sweep of sizes; ``all_reduce_perf`` and
+   ``ib_write_bw`` beside it where the nodes have them), else the all-reduce over TCP (gloo over the derived
+   ``GLOO_SOCKET_IFNAME``), both in the rounds of :mod:`launcher.fabric.schedule` (``playbooks/
+   check_allreduce.yml``), judged by :func:`launcher.fabric.links.judge`; served from the cache of this boot
+   and node set unless ``fresh``. Only the GPU figures are ever the planner's.
 
 Prints the node table, the table of links, one ``bad:`` line per bad node or link, then one summary line with
 the time taken. Exit code: 0 when nothing is bad, 1 otherwise (2: bad input).
@@ -18,23 +22,26 @@ the time taken. Exit code: 0 when nothing is bad, 1 otherwise (2: bad input).
 
 from __future__ import annotations
 
+import io
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from launcher.engine import check_fabric
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
-from launcher.fabric import links
+from launcher.fabric import links, schedule
 from launcher.fabric.accept import accept_nodes
-from launcher.nodelayout import layout
+from launcher.rundir import json_out
+from launcher.spec.nodelayout import layout
 
 if TYPE_CHECKING:
+    from launcher.backends.runner import PlaybookRunner
     from launcher.fabric.env import NodeFabric
-    from launcher.jobspec import JobSpec
-    from launcher.preflight import NodeFacts
-    from launcher.runner import PlaybookRunner
+    from launcher.preflight.checks import NodeFacts
+    from launcher.spec.jobspec import JobSpec
 
 # the rounds' ports start here, above the job's master_port (nothing of the job runs during a check)
 PORT_OFFSET = 10
@@ -115,8 +122,8 @@ def measure_links(
     *,
     size_mb: float,
 ) -> list[links.LinkResult]:
-    """Run the all-reduce rounds on the nodes; return one result per round."""
-    planned = links.rounds(facts.hosts, spec.master_port + PORT_OFFSET)
+    """Run the all-reduce rounds on the nodes (TCP, gloo); return one result per group."""
+    planned = schedule.planned_rounds(facts.hosts, spec.master_port + PORT_OFFSET)
     pythons = _pythons(spec, facts)
     result = runner.run(
         "check_allreduce",
@@ -132,7 +139,7 @@ def measure_links(
                 "timeout_s": links.ROUND_TIMEOUT_S,
             },
         },
-        timeout=links.ROUND_TIMEOUT_S * (len(planned) + 1),
+        timeout=links.ROUND_TIMEOUT_S * (schedule.round_count(planned) + 1),
     )
     if result.failures and not result.reports:
         host, line = next(iter(result.failures.items()))
@@ -161,14 +168,68 @@ def _links(
         how = f"links served from the cache ({links.cache_dir() / str(key)}.json, measured {age:.0f} s ago)"
     else:
         results = measure_links(runner, spec, facts, envs, size_mb=size_mb)
-        how = f"links measured in {time.monotonic() - t_links:.1f} s"
+        rounds = schedule.round_count(schedule.planned_rounds(facts.hosts, 0))
+        how = f"links (TCP) measured in {time.monotonic() - t_links:.1f} s ({rounds} rounds)"
     verdict = links.judge(results, min_gbs=min_gbs)
     if record is None and key is not None:
         links.save(key, facts.hosts, verdict, nproc_per_node=facts.nproc_per_node)
     return links.table(verdict), list(verdict.bad), how
 
 
-def run_check(
+def _fabric(
+    runner: PlaybookRunner,
+    spec: JobSpec,
+    facts: NodeFacts,
+    envs: dict[str, dict[str, str]],
+    answers: dict[str, dict[str, Any]] | None,
+    *,
+    bad: list[str],
+    notes: list[str],
+    out: IO[str],
+    options: dict[str, Any],
+) -> tuple[str, list[str]]:
+    """Measure the fabric (GPU or TCP, :func:`launcher.engine.check_fabric.choose`), print its lines, add its
+    bad lines and notes; return where its figures came from and the lines."""
+    transport, why = check_fabric.choose(str(options["fabric"]), answers, facts.hosts)
+    print(f"\nfabric: {transport.upper()} ({why})", file=out)
+    if transport == "gpu":
+        lines, link_bad, fabric_notes, how = check_fabric.gpu_links(
+            runner,
+            spec,
+            facts,
+            envs,
+            _pythons(spec, facts),
+            base_port=spec.master_port + PORT_OFFSET,
+            fresh=bool(options["fresh"]),
+            min_gbs=float(options["min_gbs"]),
+            max_mib=int(options["max_mib"]),
+        )
+        notes.extend(fabric_notes)
+    elif len(facts.hosts) > 1:
+        size_mb = float(options["size_mb"])
+        lines, link_bad, how = _links(
+            runner,
+            spec,
+            facts,
+            envs,
+            fresh=bool(options["fresh"]),
+            min_gbs=float(options["min_gbs"]),
+            size_mb=size_mb,
+        )
+        lines = [
+            f"links: TCP (gloo on the CPU, {size_mb:g} MiB): the management path, not the GPU fabric; never "
+            "the planner's figure",
+            *lines,
+        ]
+    else:
+        return "one node: no links", []
+    for line in lines:
+        print(line, file=out)
+    bad.extend(link_bad)
+    return how, lines
+
+
+def run_check(  # noqa: PLR0915 - the check's steps in order, text and JSON from one pass
     job_path: Path,
     *,
     inventory: Path | None,
@@ -179,18 +240,23 @@ def run_check(
     gpu_test: bool = True,
     gpu_min_tflops: float = 0.0,
     gpu_min_membw_gbs: float = 0.0,
+    fabric: str = "auto",
+    gpu_max_mib: int = 1024,
     out: IO[str] | None = None,
+    as_json: bool = False,
 ) -> ExitCode:
-    """Check the job's nodes and links; print the tables and one line per bad node or link."""
-    from launcher import runner as runner_module  # noqa: PLC0415
+    """Check the job's nodes and links; print the tables and one line per bad node or link (``as_json``: one
+    ``check`` object instead, launcher.rundir.json_out)."""
+    from launcher.backends import runner as runner_module  # noqa: PLC0415
     from launcher.engine.plan import fabric_of  # noqa: PLC0415
     from launcher.fabric.env import node_fabric  # noqa: PLC0415
-    from launcher.inventory import check_hosts  # noqa: PLC0415
-    from launcher.nodeenv import render_node_env  # noqa: PLC0415
-    from launcher.preflight import run_preflight  # noqa: PLC0415
+    from launcher.preflight.checks import run_preflight  # noqa: PLC0415
+    from launcher.preflight.nodeenv import render_node_env  # noqa: PLC0415
+    from launcher.spec.inventory import check_hosts  # noqa: PLC0415
     from launcher.validation.job import load_job  # noqa: PLC0415
 
     out = out or sys.stdout
+    json_to, out = (out, io.StringIO()) if as_json else (None, out)
     t0 = time.monotonic()
     inv = inventory.resolve() if inventory else None
     job = load_job(job_path)
@@ -200,7 +266,7 @@ def run_check(
     check_hosts(spec, inv, job_path)
     run_id = time.strftime("check-%Y%m%d-%H%M%S")
     workdir = Path(tempfile.mkdtemp(prefix="mift-check-"))
-    runner = runner_module.PlaybookRunner(workdir, inventory=inv)
+    runner = runner_module.make_runner(workdir, inventory=inv)
     facts = run_preflight(runner, spec, run_id, probe_args=["--gpu-tools"] if gpu_tools else [])
     derived = fabric_of(spec, facts)
     envs = render_node_env(
@@ -213,13 +279,18 @@ def run_check(
         fabric_env=derived,
     )
     print(f"{'node':<12} {'interface':<10} transport", file=out)
+    node_rows: list[dict[str, Any]] = []
     for host in facts.hosts:
         net = facts.probe[host].get("net") or {}
-        print(_node_line(node_fabric(host, facts.train_address[host], net), envs[host]), file=out)
+        node = node_fabric(host, facts.train_address[host], net)
+        print(_node_line(node, envs[host]), file=out)
+        node_rows.append(_node_row(node, envs[host]))
     releases = {h: _rocm_release(facts.stack.get(h) or {}) for h in facts.hosts}
     accepted = accept_nodes(facts.hosts, facts.train_address, facts.probe, releases)
     bad = list(accepted.bad)
     gpu_notes: list[str] = []
+    answers: dict[str, dict[str, Any]] | None = None
+    measured: dict[str, dict[str, Any]] = {}
     if gpu_test:
         answers = measure_gpus(
             runner,
@@ -240,15 +311,23 @@ def run_check(
             for line in gpu_lines:
                 print(line, file=out)
             bad.extend(gpu_bad)
-    how = "one node: no links"
-    if len(facts.hosts) > 1:
-        lines, link_bad, how = _links(
-            runner, spec, facts, envs, fresh=fresh, min_gbs=min_gbs, size_mb=size_mb
-        )
-        print("", file=out)
-        for line in lines:
-            print(line, file=out)
-        bad.extend(link_bad)
+    how, link_lines = _fabric(
+        runner,
+        spec,
+        facts,
+        envs,
+        answers,
+        bad=bad,
+        notes=gpu_notes,
+        out=out,
+        options={
+            "fabric": fabric,
+            "fresh": fresh,
+            "min_gbs": min_gbs,
+            "size_mb": size_mb,
+            "max_mib": gpu_max_mib,
+        },
+    )
     for note in [*facts.notes, *accepted.notes, *gpu_notes]:
         print(f"note: {note}", file=out)
     for warning in facts.warnings:
@@ -261,7 +340,33 @@ def run_check(
         file=out,
         flush=True,
     )
+    if json_to is not None:
+        json_out.write(
+            json_out.check_object(
+                nodes=node_rows,
+                gpus=measured,
+                links=link_lines,
+                links_from=how,
+                notes=[*facts.notes, *accepted.notes, *gpu_notes],
+                warnings=list(facts.warnings),
+                bad=bad,
+                seconds=time.monotonic() - t0,
+            ),
+            json_to,
+        )
     return JOB_FAILED if bad else OK
+
+
+def _node_row(fabric: NodeFabric, env: dict[str, str]) -> dict[str, Any]:
+    """Return a node's row of ``check --json``: its interface and transport, as the table's line."""
+    return {
+        "host": fabric.host,
+        "interface": env.get("NCCL_SOCKET_IFNAME"),
+        "transport": fabric.transport,
+        "rdma_hca": env.get("NCCL_IB_HCA") if fabric.transport == "rdma" else None,
+        "gid_index": env.get("NCCL_IB_GID_INDEX") if fabric.transport == "rdma" else None,
+        "why_socket": fabric.why_socket if fabric.transport != "rdma" else None,
+    }
 
 
 def _rocm_release(stack: dict[str, Any]) -> str | None:

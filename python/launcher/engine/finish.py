@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import IO, TYPE_CHECKING
 
 from launcher.node import contract
-from launcher.report import print_summary
+from launcher.rundir.report import print_summary
 
 if TYPE_CHECKING:
-    from launcher.job import Job
-    from launcher.metrics import Summary
-    from launcher.verdict import Verdict
+    from launcher.engine.job import Job
+    from launcher.follow.verdict import Verdict
+    from launcher.rundir.metrics import Summary
 
 
 def finish(
@@ -44,6 +44,7 @@ def finish(
         job.dump_stacks_on_stop = verdict.state == "stalled"
         job.stop()
     summary = job.finalize(verdict.state, verdict.reason, nodes)
+    job.release_lease()  # the GPUs are free for the next run
     if out is not None:
         print_summary(job.run, out)
     return summary

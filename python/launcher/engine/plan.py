@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,22 +18,22 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from launcher.config_io import parse_config
 from launcher.exceptions import ConfigurationError
+from launcher.follow.watchdog import with_flight_recorder
 from launcher.node import contract
-from launcher.nodeenv import render_node_env
-from launcher.nodelayout import layout
+from launcher.preflight.nodeenv import render_node_env
 from launcher.problems import ConfigKind, FileReport
-from launcher.watchdog import with_flight_recorder
+from launcher.spec.config_io import parse_config
+from launcher.spec.nodelayout import layout
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from launcher.fabric.env import FabricPlan
     from launcher.fabric.runtime import TransportCheck
-    from launcher.jobspec import JobSpec
     from launcher.planning.training import TrainingPlan
-    from launcher.preflight import NodeFacts
+    from launcher.preflight.checks import NodeFacts
+    from launcher.spec.jobspec import JobSpec
     from launcher.validation.job import LoadedJob
 
 TRAIN_FILE = "train.yaml"
@@ -87,6 +88,15 @@ class RunPlan:
         """Return the job spec."""
         return self.job.spec
 
+    @functools.cached_property
+    def _train_parsed(self) -> Any:  # noqa: ANN401 - YAML
+        return yaml.safe_load(self.files[TRAIN_FILE])
+
+    @property
+    def train(self) -> Any:  # noqa: ANN401 - YAML
+        """The shipped training YAML, parsed once beside its bytes (each reader gets its own copy)."""
+        return copy.deepcopy(self._train_parsed)
+
     @property
     def hosts(self) -> list[str]:
         """Return the hosts in rank order."""
@@ -105,7 +115,7 @@ def _auto_deepspeed(
 ) -> tuple[str, dict[str, Any]]:
     """Ask the planner for a DeepSpeed config (``deepspeed: auto`` at the YAML's own split)."""
     from launcher.engine.split import cluster_of  # noqa: PLC0415 - only for deepspeed: auto
-    from launcher.planning.training import choose_deepspeed_config  # noqa: PLC0415
+    from launcher.planning.training_yaml import choose_deepspeed_config  # noqa: PLC0415
 
     cluster = cluster_of(facts)  # GPU memory: mift_gpus, else torch, else the MI300X default
     return choose_deepspeed_config(

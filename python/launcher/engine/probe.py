@@ -6,7 +6,7 @@ left) and a training YAML (the job's, with the candidate's micro-batch, accumula
 ``max_steps`` the probe's steps, ``logging_steps: 1``, ``include_num_input_tokens_seen: true`` so that
 LLaMA-Factory logs a precise throughput at every step, and ``save_strategy: "no"``), runs it through the
 engine's own
-:func:`launcher.engine.steps.run_job` (validation, preflight, follow, collect: everything a real run does) and
+:func:`launcher.engine.run.run_job` (validation, preflight, follow, collect: everything a real run does) and
 reads the steady tokens/s from the collected ``metrics.jsonl`` of the run directory it returns
 (:func:`launcher.planning.probe.steady_tokens_per_s`).
 
@@ -29,21 +29,21 @@ import yaml
 
 from launcher.exceptions import LauncherError
 from launcher.exit_codes import OK
-from launcher.metrics import read_jsonl
 from launcher.planning.candidate import ProbeMeasure
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.probe import steady_tokens_per_s
-from launcher.preflight import PreflightOnce
-from launcher.runs import RunRecord, exit_code_of, runs_root
+from launcher.preflight.checks import PreflightOnce
+from launcher.rundir.metrics import read_jsonl
+from launcher.rundir.runs import RunRecord, exit_code_of, runs_root
 
 if TYPE_CHECKING:
     from launcher.planning.candidate import Candidate
-    from launcher.runs import RunDir
+    from launcher.rundir.runs import RunDir
     from launcher.validation.job import LoadedJob
 
 
 class RunJob(Protocol):
-    """How a probe candidate runs: :func:`launcher.engine.steps.run_job`."""
+    """How a probe candidate runs: :func:`launcher.engine.run.run_job`."""
 
     def __call__(
         self,
@@ -74,7 +74,7 @@ class LauncherProber:
     inventory: Path | None
     workdir: Path
     out: IO[str]
-    run_job: RunJob  # launcher.engine.steps.run_job (given by the caller: the engine imports this module)
+    run_job: RunJob  # launcher.engine.run.run_job (given by the caller: the engine imports this module)
     index: int = field(default=0)
     # one preflight for every candidate (the job's own under plan: probe; else the first candidate's)
     preflight: PreflightOnce = field(default_factory=PreflightOnce)

@@ -4,7 +4,7 @@ The job spec's ``plan`` key (docs/planner.md, "Opting in"):
 
 * ``as_written`` (the default): the training YAML runs as written; ``deepspeed: auto`` picks only a
   strategy at the YAML's own split (the fixed-split plan,
-  :func:`launcher.planning.training.choose_deepspeed_config`);
+  :func:`launcher.planning.training_yaml.choose_deepspeed_config`);
 * ``auto``: the planner (:func:`launcher.planning.training.plan_training`) re-splits the YAML's global batch
   (micro-batch x gradient accumulation x GPUs, kept exactly) and the engine's plan step writes its
   ``per_device_train_batch_size``, ``gradient_accumulation_steps`` and ``disable_gradient_checkpointing`` into
@@ -17,6 +17,7 @@ is what was validated.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
@@ -24,13 +25,14 @@ from launcher.planning.dsconfig import strategy_of_config
 from launcher.planning.hardware import DEFAULT_GPU_MEM_GIB, MI300X, Accelerator, accelerator_named
 from launcher.planning.memory import SAFETY_MARGIN, SPEED_RANK, Cluster, Strategy
 from launcher.planning.model import resolve_shape
-from launcher.planning.training import TrainingPlan, plan_training_from_yaml
+from launcher.planning.training import TrainingPlan
+from launcher.planning.training_yaml import plan_training_from_yaml
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
 
-    from launcher.preflight import NodeFacts
+    from launcher.preflight.checks import NodeFacts
     from launcher.validation.job import LoadedJob
 
 PLAN_MODES = ("as_written", "auto", "probe")
@@ -110,22 +112,64 @@ def plan_job(
 
 
 def measured_links(accelerator: Accelerator, facts: NodeFacts) -> Accelerator:
-    """Return ``accelerator`` with the inter-node bandwidth ``launcher check`` measured between exactly these
-    nodes on this boot (its cache), when there is one; a note says which figure the plan used."""
-    from launcher.fabric import links  # noqa: PLC0415
+    """Return ``accelerator`` with the intra-node and the inter-node bandwidth ``launcher check`` measured on
+    the GPUs of exactly these nodes on this boot (its GPU record, :mod:`launcher.fabric.gpulinks`), each where
+    it was measured; one note per figure says which one the plan used (measured, or the preset and why). A TCP
+    (gloo) measurement is never used: it is the management path, not the GPUs' fabric."""
+    from launcher.fabric import gpulinks, links  # noqa: PLC0415
 
-    if len(facts.hosts) < 2:
+    multi_node, multi_gpu = len(facts.hosts) > 1, (facts.nproc_per_node or 1) > 1
+    if not multi_node and not multi_gpu:
         return accelerator
     key = links.cache_key(facts.hosts, facts.train_address, facts.probe)
-    record = links.load(key) if key else None
-    gbs = links.inter_node_gbs(record, facts.nproc_per_node or 1) if record else None
-    if gbs is None:
-        return accelerator
-    facts.notes.append(
-        f"plan: inter-node bandwidth {gbs:.3f} GB/s per GPU, measured by launcher check "
-        f"(instead of the {accelerator.name} model's {accelerator.inter_node_gbs:g})"
+    record = gpulinks.load(key) if key else None
+    if record is None:
+        tcp = links.load(key) if key else None
+        why = (
+            "launcher check measured these nodes over TCP (gloo) only: not a GPU figure"
+            if tcp
+            else "launcher check measured no GPU all-reduce on these nodes on this boot"
+        )
+        record = {}
+    else:
+        why = ""
+    changes: dict[str, float] = {}
+    for scope, wanted, figure, preset, field_name, unit in (
+        (
+            "intra-node",
+            multi_gpu,
+            gpulinks.intra_node(record),
+            accelerator.intra_node_gbs,
+            "intra_node_gbs",
+            "",
+        ),
+        (
+            "inter-node",
+            multi_node,
+            gpulinks.inter_node(record),
+            accelerator.inter_node_gbs,
+            "inter_node_gbs",
+            " per GPU",
+        ),
+    ):
+        if not wanted:
+            continue
+        if figure.gbs is not None and figure.gbs > 0:
+            changes[field_name] = figure.gbs
+            facts.notes.append(
+                f"plan: {scope} bandwidth {figure.gbs:.2f} GB/s{unit}, measured by launcher check "
+                f"({figure.how}; instead of the {accelerator.name} preset's {preset:g})"
+            )
+        else:
+            facts.notes.append(
+                f"plan: {scope} bandwidth {preset:g} GB/s{unit}, the {accelerator.name} preset's "
+                f"({why or figure.how}: not measured)"
+            )
+    return replace(
+        accelerator,
+        intra_node_gbs=changes.get("intra_node_gbs", accelerator.intra_node_gbs),
+        inter_node_gbs=changes.get("inter_node_gbs", accelerator.inter_node_gbs),
     )
-    return links.with_measured(accelerator, gbs)
 
 
 def auto_plan(job: LoadedJob, train: Mapping[str, Any], facts: NodeFacts) -> TrainingPlan:

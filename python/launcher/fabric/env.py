@@ -31,7 +31,7 @@ from launcher.fabric.runtime import DEBUG_ENV, TransportCheck, hidden_by, not_ju
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from launcher.jobspec import FabricOptions
+    from launcher.spec.jobspec import FabricOptions
 
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 HCA_VAR = "NCCL_IB_HCA"

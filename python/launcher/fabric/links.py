@@ -1,12 +1,13 @@
-"""The links between nodes: the rounds of the all-reduce test, its table, slow pairs, the cache, the planner's
-inter-node bandwidth.
+"""The links between nodes: the all-reduce test's table, slow pairs, the cache.
 
-Every pair of nodes, then the ring of all of them, one round after the other (``mift_allreduce.py``). A pair
-is slow when its bus bandwidth is below ``SLOW_FRACTION`` of the best pair's or below the floor (``min_gbs``).
-A node in every slow pair, all of whose pairs are slow, is named as the bad node; a slow pair not explained
-by a bad node is named as a bad link. Results are cached per boot and node set (the hosts in order, each
-one's address and ``boot_id``): a second ``check`` on the same boot is served from the cache (``--fresh``
-measures again), and ``plan: auto`` runs plan with the measured inter-node bandwidth.
+The groups come from :mod:`launcher.fabric.schedule` (rounds of disjoint pairs side by side, then all nodes at
+once); on CPU nodes the test is ``mift_allreduce.py`` (gloo over TCP), on GPU nodes ``mift_gpu_allreduce.py``
+(NCCL/RCCL, :mod:`launcher.fabric.gpulinks`). A pair is slow when its bus bandwidth is below ``SLOW_FRACTION``
+of the best pair's or below the floor (``min_gbs``). A node in every slow pair, all of whose pairs are slow,
+is named as the bad node; a slow pair not explained by a bad node is named as a bad link. Results are cached
+per boot and node set (the hosts in order, each one's address and ``boot_id``): a second ``check`` on the same
+boot is served from the cache (``--fresh`` measures again). The TCP figures are never the planner's: ``plan:
+auto`` reads only the GPU record (:func:`launcher.fabric.gpulinks.intra_node`, ``inter_node``).
 """
 
 from __future__ import annotations
@@ -16,14 +17,11 @@ import json
 import os
 import time
 from dataclasses import dataclass, replace
-from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-
-    from launcher.planning.hardware import Accelerator
 
 # a pair below this fraction of the best pair's bus bandwidth is slow
 SLOW_FRACTION = 0.5
@@ -41,14 +39,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "mift" / "check")
 
 
-def rounds(hosts: Sequence[str], base_port: int) -> list[dict[str, Any]]:
-    """Return every pair of ``hosts``, then the ring of all (when more than two), each with its own port."""
-    groups = [list(pair) for pair in combinations(hosts, 2)]
-    if len(hosts) > 2:
-        groups.append(list(hosts))
-    return [{"hosts": group, "port": base_port + i} for i, group in enumerate(groups)]
-
-
 @dataclass(frozen=True)
 class LinkResult:
     """One round: its hosts, seconds per all-reduce, bus bandwidth (GB/s) or an error."""
@@ -61,8 +51,12 @@ class LinkResult:
 
     @property
     def label(self) -> str:
-        """Return ``a-b`` for a pair, ``ring(a,b,c)`` for the ring."""
-        return "-".join(self.hosts) if len(self.hosts) == 2 else f"ring({','.join(self.hosts)})"
+        """Return ``a-b`` for a pair, ``ring(a,b,c)`` for the ring (``ring(a..z, N nodes)`` past 4 nodes)."""
+        if len(self.hosts) == 2:
+            return "-".join(self.hosts)
+        if len(self.hosts) > 4:
+            return f"ring({self.hosts[0]}..{self.hosts[-1]}, {len(self.hosts)} nodes)"
+        return f"ring({','.join(self.hosts)})"
 
 
 def merge(reports: Mapping[str, Any], planned: Sequence[Mapping[str, Any]]) -> list[LinkResult]:
@@ -171,11 +165,21 @@ def save(key: str, hosts: Sequence[str], verdict: LinkVerdict, *, nproc_per_node
         "hosts": list(hosts),
         "measured_at": time.time(),
         "nproc_per_node": nproc_per_node,
-        "results": [
-            {"hosts": list(r.hosts), "seconds": r.seconds, "busbw_gbs": r.busbw_gbs, "error": r.error}
-            for r in verdict.results
-        ],
+        "results": result_rows(verdict),
     }
+    return write_record(path, record)
+
+
+def result_rows(verdict: LinkVerdict) -> list[dict[str, Any]]:
+    """Return a verdict's link results as the cache records keep them (TCP and GPU alike)."""
+    return [
+        {"hosts": list(r.hosts), "seconds": r.seconds, "busbw_gbs": r.busbw_gbs, "error": r.error}
+        for r in verdict.results
+    ]
+
+
+def write_record(path: Path, record: Mapping[str, Any]) -> Path:
+    """Write a check's cache record to ``path`` in one step (a temporary file renamed); return the path."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     tmp.replace(path)
@@ -202,22 +206,3 @@ def results_of(record: Mapping[str, Any]) -> list[LinkResult]:
         )
         for r in record.get("results") or []
     ]
-
-
-def inter_node_gbs(record: Mapping[str, Any], gpus_per_node: int) -> float | None:
-    """Return the measured inter-node bandwidth per GPU (GB/s) of a cached check: the ring's bus bandwidth
-    (else the slowest pair's), shared by the node's GPUs (the test runs one process per node)."""
-    results = results_of(record)
-    ring = [r for r in results if len(r.hosts) > 2 and r.busbw_gbs]
-    pairs = [r.busbw_gbs for r in results if len(r.hosts) == 2 and r.busbw_gbs]
-    node_gbs = ring[0].busbw_gbs if ring else (min(pairs) if pairs else None)
-    if node_gbs is None:
-        return None
-    return node_gbs / max(gpus_per_node, 1)
-
-
-def with_measured(accelerator: Accelerator, gbs_per_gpu: float | None) -> Accelerator:
-    """Return ``accelerator`` with its inter-node bandwidth replaced by the measured one (None: unchanged)."""
-    if gbs_per_gpu is None or gbs_per_gpu <= 0:
-        return accelerator
-    return replace(accelerator, inter_node_gbs=gbs_per_gpu)

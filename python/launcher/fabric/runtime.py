@@ -28,7 +28,7 @@ DEBUG_ENV: Mapping[str, str] = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT
 VISIBLE_LEVELS = ("INFO", "TRACE")  # NCCL_DEBUG levels that print INFO lines (compared without case)
 LINE_SUBSYS = ("INIT", "ALL")  # NCCL_DEBUG_SUBSYS names that include the line's subsystem
 SOCKET_NETWORK = "Socket"  # RCCL/NCCL's name of its TCP socket transport
-# the words that name this failure in a verdict (launcher.recovery classifies it as socket_fallback)
+# the words that name this failure in a verdict (launcher.follow.recovery classifies it as socket_fallback)
 FALLBACK_PHRASE = "collectives fell back to TCP sockets at run time"
 
 

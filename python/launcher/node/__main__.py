@@ -13,8 +13,10 @@ import sys
 PROGRAMS = {
     "agent": "agent",
     "allreduce": "allreduce",
+    "gpu-allreduce": "gpu_allreduce",
     "gpu-check": "gpu_check",
     "install": "install",
+    "lease": "lease",
     "prepare": "prepare",
     "probe": "probe",
     "stage": "stage",

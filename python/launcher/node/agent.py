@@ -58,6 +58,8 @@ Commands (each prints one JSON object on stdout):
   rank under a shared run root, answered as ``{"results": {rank: {...}}}``; status reads the state files only
   (the trainers run on other hosts).
 * ``status RUN_DIR`` -- state, liveness, rc, the last trainer_log.jsonl entry, which expected outputs exist.
+* ``watch RUN_DIR [--every S] [--for S]`` -- ``status`` as one JSON line every S seconds until nobody reads
+  them (the launcher's streamed follow of many nodes, launcher/backends/ssh_stream.py).
 * ``collect RUN_DIR`` -- the status, the output files, and ``collect.tar.gz`` (logs, state, metrics) to fetch.
 * ``stop RUN_DIR [--grace S] [--dump-stacks]`` -- SIGTERM the trainer's process group and every process
   carrying the run's marker in its environment, SIGKILL what is left after the grace period, check that
@@ -83,12 +85,12 @@ from .bundle import cmd_prepare
 from .collect import cmd_collect
 from .shared import SHARED_COMMANDS, cmd_shared
 from .slurm import cmd_slurm_check, cmd_slurm_checkpoints, cmd_slurm_step, resume_step
-from .status import cmd_status
+from .status import cmd_status, cmd_watch
 from .stop import cmd_stop
 from .supervise import cmd_start
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: PLR0912 - one branch per command
     """Parse the command line, run the command, print its JSON result."""
     parser = argparse.ArgumentParser(prog="mift_agent.py", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -98,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             "prepare",
             "slurm-step",
             "status",
+            "watch",
             "stop",
             "collect",
             "slurm-check",
@@ -121,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         help="slurm-step --restart: the checkpoint step to resume from, or none",
     )
     parser.add_argument("--nodes", type=int, default=1, help="resume-step: how many nodes must answer")
+    parser.add_argument("--every", type=float, default=5.0, help="watch: seconds between two statuses")
+    parser.add_argument("--for", dest="for_s", type=float, default=1200.0, help="watch: seconds in all")
     parser.add_argument("--job-gone", action="store_true", help="shared-stop: the Slurm job left its nodes")
     parser.add_argument(
         "--dump-stacks", action="store_true", help="stop: stack dumps of every process of the run first"
@@ -156,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         result = cmd_shared(args.command.removeprefix("shared-"), run_dir, args.grace, args.job_gone)
     elif args.command == "status":
         result = {"ok": True, **cmd_status(run_dir)}
+    elif args.command == "watch":
+        return cmd_watch(run_dir, args.every, args.for_s)
     elif args.command == "collect":
         result = cmd_collect(run_dir)
     else:

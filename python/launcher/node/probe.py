@@ -195,6 +195,65 @@ def installed_versions(venv: Path, dists: tuple[str, ...]) -> dict[str, Any] | N
     return data if isinstance(data, dict) else None
 
 
+# Load the job's tokenizer as the trainer will (offline), in the venv's interpreter: a tokenizer that needs a
+# package the venv lacks (sentencepiece, tiktoken, protobuf) fails here, before the start. Controller side:
+# launcher/preflight/tokenizer_check.py.
+_TOKENIZER_SCRIPT = """
+import json, sys
+try:
+    from transformers import AutoTokenizer
+    trust = sys.argv[2] == "1"
+    tok = AutoTokenizer.from_pretrained(sys.argv[1], local_files_only=True, trust_remote_code=trust)
+    print(json.dumps({"ok": True, "class": type(tok).__name__}))
+except Exception as err:
+    print(json.dumps({"ok": False, "error": f"{type(err).__name__}: {err}"[:600]}))
+"""
+# files of tokenizers that need more than the `tokenizers` library: sentencepiece models, tiktoken files
+_SLOW_TOKENIZER_FILES = (
+    "tokenizer.model",
+    "*.tiktoken",
+    "tiktoken.model",
+    "spiece.model",
+    "sentencepiece*.model",
+)
+
+
+def tokenizer_check(venv: Path, model: Path, trust_remote_code: bool) -> dict[str, Any] | None:
+    """Load the tokenizer in ``model`` with the venv's transformers (None: no such folder, reported as missing
+    elsewhere). A folder with only ``tokenizer.json`` (read by the tokenizers library alone) is not loaded:
+    importing transformers costs seconds of CPU on every preflight."""
+    if not model.is_dir():
+        return None
+    slow = [p.name for pat in _SLOW_TOKENIZER_FILES for p in model.glob(pat)]
+    if (model / "tokenizer.json").is_file() and not slow and not trust_remote_code:
+        return {"ok": True, "loaded": False, "model": str(model)}
+    python = venv / "bin" / "python"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
+    try:
+        out = subprocess.run(
+            [str(python), "-I", "-c", _TOKENIZER_SCRIPT, str(model), "1" if trust_remote_code else "0"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env=env,
+        )
+        lines = out.stdout.strip().splitlines()
+        data = (
+            json.loads(lines[-1])
+            if lines
+            else {"ok": False, "error": (out.stderr.strip() or "no answer")[-600:]}
+        )
+    except (OSError, ValueError, subprocess.TimeoutExpired) as err:
+        data = {"ok": False, "error": f"{type(err).__name__}: {err}"[:600]}
+    return {**data, "loaded": True, "model": str(model), "files": sorted(slow)}
+
+
 # the Trainer writes trainer_state.json after the weights, optimizer, scheduler and RNG states of a
 # checkpoint: a checkpoint-N folder without it was cut short (a stop while saving) and cannot be resumed from
 COMPLETE_MARKER = "trainer_state.json"
@@ -262,13 +321,46 @@ def _dataset_gaps(folder: Path, names: list[str]) -> list[str]:
     return gaps
 
 
+def hf_hub_cache(cache: object = None) -> Path:
+    """The node's Hugging Face hub cache as the trainer finds it: the job's (``cache``), ``$HF_HUB_CACHE``,
+    ``$HF_HOME/hub`` or the default."""
+    if isinstance(cache, str) and cache:
+        return Path(cache)
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
+    return Path(home) / "hub"
+
+
+def hub_snapshot(repo: str, cache: object = None, revision: str = "main") -> tuple[Path | None, str]:
+    """The complete snapshot of ``repo`` the node's cache holds for ``revision`` (what transformers opens with
+    HF_HUB_OFFLINE=1), or None and why not: no repo folder, no ref, no snapshot, a download left unfinished
+    (``blobs/*.incomplete``) or a file whose blob is gone."""
+    root = hf_hub_cache(cache) / f"models--{repo.replace('/', '--')}"
+    offline = "the nodes run offline (HF_HUB_OFFLINE=1): stage it (stage.model in the job spec)"
+    if not root.is_dir():
+        return None, f"not staged and not in this node's Hugging Face cache ({root} missing); {offline}"
+    ref = root / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    snap = root / "snapshots" / commit
+    if not snap.is_dir():
+        return None, f"no snapshot of {revision} in {root}; {offline}"
+    unfinished = sorted(p.name for p in (root / "blobs").glob("*.incomplete"))
+    broken = sorted(str(p.relative_to(snap)) for p in snap.rglob("*") if p.is_symlink() and not p.exists())
+    if unfinished or broken:
+        what = f"{len(unfinished)} unfinished download(s)" if unfinished else f"{broken[0]} has no blob"
+        return None, f"incomplete in {root} ({what}); {offline}"
+    return snap, ""
+
+
 def missing_paths(run_dir: Path, requirements: object) -> list[dict[str, str]]:
     """Return one ``{what, path, why}`` per node path the job needs that is absent or incomplete here.
 
     Each requirement: ``what`` (the key that names it), ``path`` (relative: in the run directory, the
     trainer's working directory), ``files`` (groups of glob patterns: one of each group must be in the
     folder; a match ending in ``.index.json`` needs the shards it names), ``datasets`` (names that
-    dataset_info.json must list, with their local files).
+    dataset_info.json must list, with their local files), ``hub`` (a hub id: the folder is its complete
+    snapshot in the node's Hugging Face cache, ``cache`` when the job's environment names one).
     """
     if not isinstance(requirements, list) or not all(isinstance(r, dict) for r in requirements):
         return [{"what": "--require", "path": "", "why": "not a JSON list of objects"}]
@@ -277,6 +369,16 @@ def missing_paths(run_dir: Path, requirements: object) -> list[dict[str, str]]:
         # lexically: the new run directory does not exist yet, so the kernel could not walk "../" out of it
         folder = Path(os.path.normpath(run_dir / str(req.get("path", ""))))
         why = ""
+        if req.get(
+            "hub"
+        ):  # a hub id: the trainer runs offline, so its snapshot must be complete in the cache
+            snapshot, why = hub_snapshot(
+                str(req["hub"]), req.get("cache"), str(req.get("revision") or "main")
+            )
+            if snapshot is None:
+                out.append({"what": str(req.get("what", "")), "path": str(req["hub"]), "why": why})
+                continue
+            folder = snapshot
         if not folder.exists():
             why = "no such directory"
         elif not folder.is_dir():
@@ -322,6 +424,7 @@ def cmd_facts(
     stack_dists: tuple[str, ...],
     required: tuple[Path, object] | None = None,
     with_gpu_tools: bool = False,
+    tokenizer: tuple[Path, bool] | None = None,
 ) -> dict[str, Any]:
     """Report what preflight checks: free disk at ``path``, ``port`` free, the trainer entry point, versions,
     what torch reports.
@@ -357,6 +460,7 @@ def cmd_facts(
             "torch": {**torch_answer, **({"key": key} if key else {})},
             "net": net_facts(),
             **({"gpu_tools": gpu_tools()} if with_gpu_tools else {}),
+            **({"tokenizer": tokenizer_check(venv, *tokenizer)} if tokenizer is not None else {}),
         }
 
 
@@ -388,6 +492,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--torch-known", default=None, help="torch_key of the answer the controller holds")
     parser.add_argument("--require", default=None, help="JSON list of the node paths the job needs")
     parser.add_argument("--gpu-tools", action="store_true", help="also hand back what amd-smi prints")
+    parser.add_argument(
+        "--tokenizer", type=Path, default=None, help="load the tokenizer in this model folder"
+    )
+    parser.add_argument("--trust-remote-code", action="store_true", help="the tokenizer's own code may run")
     args = parser.parse_args(argv)
     try:
         requirements: object = json.loads(args.require) if args.require else None
@@ -407,6 +515,10 @@ def main(argv: list[str] | None = None) -> int:
         stack_dists=tuple(d for d in args.dists.split(",") if d),
         required=required,
         with_gpu_tools=args.gpu_tools,
+        # relative: in the node run directory, as the trainer opens it
+        tokenizer=(Path(os.path.normpath(args.run_dir / args.tokenizer)), args.trust_remote_code)
+        if args.tokenizer is not None
+        else None,
     )
     print(json.dumps(facts))
     return 0

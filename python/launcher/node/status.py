@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,20 @@ def _requeues(run_dir: Path) -> dict[str, Any]:
         return {}
     causes = requeue_causes(text)
     return {"requeues": causes} if causes else {}
+
+
+def cmd_watch(run_dir: Path, every: float, seconds: float) -> int:
+    """``status`` every ``every`` s, one JSON line each, for ``seconds`` s or until nobody reads them (the
+    controller's ssh session ended: the next write fails) -- the launcher's streamed follow
+    (launcher/backends/ssh_stream.py): one ssh session per node for a whole follow, no Ansible task a poll."""
+    deadline = time.monotonic() + seconds
+    while True:
+        t0 = time.monotonic()
+        try:
+            sys.stdout.write(json.dumps({"ok": True, **cmd_status(run_dir)}) + "\n")
+            sys.stdout.flush()
+        except OSError:  # BrokenPipeError: the session is gone
+            return 0
+        if t0 + every >= deadline:
+            return 0
+        time.sleep(max(0.0, every - (time.monotonic() - t0)))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from launcher.planning.memory import GIB
 
 if TYPE_CHECKING:
+    from launcher.planning.memory import Strategy
     from launcher.planning.training import TrainingPlan
 
 COLUMNS = ("strategy", "weights", "grads", "optim", "activ", "buffers", "runtime", "GPU", "host", "fits")
@@ -18,9 +19,13 @@ def _row(cells: list[str], widths: list[int]) -> str:
     )
 
 
-def render(plan: TrainingPlan) -> str:
-    """Return the human plan of a fixed split (:func:`launcher.planning.training.plan_as_written`): inputs,
-    the per-strategy table (GiB per GPU / per host), the choice and why."""
+def render(
+    plan: TrainingPlan, *, marked: Strategy | None = None, mark: str = " <- choice", reason: str | None = None
+) -> str:
+    """Return the human plan of a fixed split (:func:`launcher.planning.training_yaml.plan_as_written`):
+    inputs, the per-strategy table (GiB per GPU / per host), the choice and why. ``marked``/``mark``: the row
+    to mark and how (default: the plan's own choice); ``reason``: the closing paragraph (default: the
+    plan's)."""
     w, c = plan.workload, plan.cluster
     head = (
         f"model {w.model.total_params() / 1e9:.2f} B params "
@@ -36,14 +41,14 @@ def render(plan: TrainingPlan) -> str:
     rows = [list(COLUMNS)]
     choice = plan.choice
     for one in plan.at_split(plan.as_written):
+        picked = one is choice if marked is None else one.strategy is marked
         e = one.estimate
         gib = [e.weights, e.gradients, e.optimizer, e.activations, e.buffers, e.runtime, e.gpu_total, e.host]
         fit = "yes" if one.fits else ("no (GPU)" if not one.fits_gpu else "no (host)")
-        mark = " <- choice" if one is choice else ""
-        rows.append([one.strategy.label, *(f"{v / GIB:.1f}" for v in gib), fit + mark])
+        rows.append([one.strategy.label, *(f"{v / GIB:.1f}" for v in gib), fit + (mark if picked else "")])
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
     table = "\n".join(_row(r, widths) for r in rows)
-    return f"{head}\n\nGiB per GPU (host: per node)\n{table}\n\n{plan.reason()}"
+    return f"{head}\n\nGiB per GPU (host: per node)\n{table}\n\n{plan.reason() if reason is None else reason}"
 
 
 TRAINING_COLUMNS = (
@@ -60,7 +65,9 @@ TRAINING_COLUMNS = (
 )
 
 
-def render_training(plan: TrainingPlan, limit: int | None = 20) -> str:
+def render_training(
+    plan: TrainingPlan, limit: int | None = 20, *, mark: str = " <- choice", verb: str = "Chose"
+) -> str:
     """Return the candidate table, fastest first (at most ``limit`` rows, plus the choice and the YAML split).
 
     Columns: strategy, micro-batch, accumulation, checkpointing, memory estimate per GPU and per host (GiB),
@@ -74,9 +81,7 @@ def render_training(plan: TrainingPlan, limit: int | None = 20) -> str:
     rows = [list(TRAINING_COLUMNS)]
     for c in shown:
         fit = "yes" if c.fits else ("no (GPU)" if not c.fits_gpu else "no (host)")
-        marks = (" <- choice" if c is choice else "") + (
-            " (YAML's split)" if c.split == plan.as_written else ""
-        )
+        marks = (mark if c is choice else "") + (" (YAML's split)" if c.split == plan.as_written else "")
         rows.append(
             [
                 c.strategy.label,
@@ -102,7 +107,7 @@ def render_training(plan: TrainingPlan, limit: int | None = 20) -> str:
         f"cutoff_len {plan.workload.cutoff_len}; safety margin {plan.margin:.0%}"
     )
     probe = f"\n\n{render_probe(plan)}" if plan.probe is not None else ""
-    return f"{head}\n\n{table}{more}{probe}\n\n{plan.reason()}"
+    return f"{head}\n\n{table}{more}{probe}\n\n{plan.reason(verb)}"
 
 
 PROBE_COLUMNS = (

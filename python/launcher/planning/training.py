@@ -6,13 +6,14 @@ per-GPU batch x gradient checkpointing on/off) gets a memory estimate (:mod:`lau
 predicted speed (:mod:`launcher.planning.speed`); the choice is the fastest candidate whose GPU and host
 estimates, plus the safety margin, fit. Nothing that does not fit is ever chosen.
 
-A fixed split is the same plan with one candidate split: ``fixed_split=True`` (:func:`plan_as_written`, for
+A fixed split is the same plan with one candidate split: ``fixed_split=True``
+(:func:`launcher.planning.training_yaml.plan_as_written`, for
 ``plan: as_written``, where ``deepspeed: auto`` picks only a strategy) keeps the YAML's micro-batch,
 accumulation and checkpointing, builds one candidate per strategy at that split with the same memory estimate
 and margin, and picks the first that fits in the measured speed rank (:data:`SPEED_RANK`), not by predicted
 tokens/s. Its ``reason()`` and ``as_json()`` are the per-strategy view (``launcher plan``'s first table).
 
-Entry points for the engine and the CLI::
+Entry points for the engine and the CLI (the YAML's side: :mod:`launcher.planning.training_yaml`)::
 
     workload, accumulation = read_training_yaml(shape, train_yaml_dict)
     plan = plan_training(workload, cluster, accumulation=accumulation, accelerator=MI300X)
@@ -28,7 +29,6 @@ Entry points for the engine and the CLI::
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -46,12 +46,9 @@ from launcher.planning.memory import (
     Workload,
     estimate,
 )
-from launcher.planning.model import LINEAR_MODULES, ModelShape, resolve_shape
 from launcher.planning.speed import achieved_efficiency, step_time
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from launcher.planning.candidate import ProbeOutcome
 
 # LLaMA-Factory's flash_attn values (0.9.5: auto, disabled, sdpa, fa2, fa3) -> the attention the memory model
@@ -162,10 +159,13 @@ class TrainingPlan:
         choice = self.choice
         return deepspeed_config(choice.strategy) if choice else None
 
-    def reason(self) -> str:
-        """Return one paragraph: what won and why, vs the YAML's split and the faster misfits."""
+    def reason(self, verb: str = "Chose") -> str:
+        """Return one paragraph: what won and why, vs the YAML's split and the faster misfits.
+
+        ``verb`` starts the sentence naming the choice (``plan``: "plan: auto would choose" where `run` does
+        not apply it)."""
         if self.fixed_split:
-            return self._strategy_reason()
+            return self._strategy_reason(verb)
         cap = self.cluster.gpu_mem_gib
         choice, yaml = self.choice, self.yaml_best
         unmeasured = (
@@ -185,7 +185,7 @@ class TrainingPlan:
             )
         need = choice.estimate.gpu_total * (1 + self.margin) / GIB
         text = (
-            f"Chose {choice.describe()} ({choice.split.micro_batch} x {choice.split.accumulation} x "
+            f"{verb} {choice.describe()} ({choice.split.micro_batch} x {choice.split.accumulation} x "
             f"{self.cluster.world} GPU(s) = global batch {self.global_batch}): "
             f"{choice.tokens_per_s:,.0f} tokens/s "
             f"predicted ({choice.mfu:.0%} MFU); it fits in {need:.1f} of {cap:.1f} GiB per GPU with the "
@@ -214,7 +214,7 @@ class TrainingPlan:
             text += " " + self.probe.reason()
         return text + unmeasured
 
-    def _strategy_reason(self) -> str:
+    def _strategy_reason(self, verb: str = "Chose") -> str:
         """Return why the fixed split's strategy won: the faster strategies that do not fit, and where."""
         choice = self.choice
         skipped = []
@@ -235,7 +235,7 @@ class TrainingPlan:
             return lead + "Nothing fits: add GPUs or nodes, lower micro-batch or cutoff_len, or use LoRA."
         faster = "it is the fastest strategy" if not skipped else "it is the fastest of those that fit"
         return (
-            f"{lead}Chose {choice.strategy.label}: {faster} "
+            f"{lead}{verb} {choice.strategy.label}: {faster} "
             f"(speed order {' > '.join(s.value for s in SPEED_RANK)})."
         )
 
@@ -435,159 +435,3 @@ def _candidate(  # noqa: PLR0917 - private helper, called once
         fits_gpu=e.gpu_total * (1 + margin) <= c.gpu_mem_gib * GIB,
         fits_host=c.host_mem_gib <= 0 or e.host * (1 + margin) <= c.host_mem_gib * GIB,
     )
-
-
-def positive_int(train: dict[str, Any], key: str, default: int) -> int:
-    value = train.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigurationError(f"{key}: expected a positive integer, got {value!r}")
-    return value
-
-
-def lora_targets(value: object) -> tuple[str, ...]:
-    if value is None or value == "all":
-        return LINEAR_MODULES
-    names = value.split(",") if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-        raise ConfigurationError(f"lora_target: expected 'all' or module names, got {value!r}")
-    return tuple(n.strip() for n in names if n.strip())
-
-
-def base_workload(shape: ModelShape, train: dict[str, Any]) -> Workload:
-    """Return the memory-relevant keys of a LLaMA-Factory training YAML as a workload.
-
-    Defaults (LLaMA-Factory's): ``finetuning_type`` lora, ``lora_rank`` 8, ``lora_target`` all,
-    ``per_device_train_batch_size`` 8, ``cutoff_len`` 2048, gradient checkpointing on; attention and dropout
-    keep the workload's defaults.
-    """
-    finetuning = str(train.get("finetuning_type", "lora"))
-    if finetuning not in ("lora", "full", "freeze"):
-        raise ConfigurationError(f"finetuning_type: {finetuning!r}: the planner knows lora, full and freeze")
-    rank, targets = positive_int(train, "lora_rank", 8), lora_targets(train.get("lora_target", "all"))
-    if finetuning == "lora":
-        shape.lora_params(rank, targets)  # raises on a module name the model does not have
-    return Workload(
-        model=shape,
-        finetuning="lora" if finetuning == "lora" else "full",
-        lora_rank=rank,
-        lora_targets=targets,
-        micro_batch=positive_int(train, "per_device_train_batch_size", 8),  # HF TrainingArguments default
-        cutoff_len=positive_int(train, "cutoff_len", 2048),  # LLaMA-Factory default
-        gradient_checkpointing=not bool(train.get("disable_gradient_checkpointing", False)),
-        liger=bool(train.get("enable_liger_kernel", False)),
-    )
-
-
-def read_training_yaml(shape: ModelShape, train: dict[str, Any]) -> tuple[Workload, int]:
-    """Return the workload and gradient accumulation a LLaMA-Factory training YAML asks for (its defaults).
-
-    Defaults: those of :func:`base_workload`, ``lora_dropout`` 0, ``gradient_accumulation_steps`` 1
-    (transformers' TrainingArguments), ``flash_attn`` auto (sdpa).
-    """
-    workload = base_workload(shape, train)
-    attention = ATTENTION.get(str(train.get("flash_attn", "auto")))
-    if attention is None:
-        raise ConfigurationError(
-            f"flash_attn: {train.get('flash_attn')!r}: expected one of {', '.join(sorted(ATTENTION))}"
-        )
-    dropout = train.get("lora_dropout", 0.0)
-    if not isinstance(dropout, int | float) or isinstance(dropout, bool) or not 0 <= dropout < 1:
-        raise ConfigurationError(f"lora_dropout: expected a number in [0, 1), got {dropout!r}")
-    workload = replace(workload, attention=attention, lora_dropout=float(dropout))
-    return workload, positive_int(train, "gradient_accumulation_steps", 1)
-
-
-def plan_training_from_yaml(
-    shape: ModelShape,
-    train: dict[str, Any],
-    cluster: Cluster,
-    *,
-    accelerator: Accelerator = MI300X,
-    global_batch: int | None = None,
-    strategies: tuple[Strategy, ...] = SPEED_RANK,
-    margin: float = SAFETY_MARGIN,
-    liger: bool = False,
-) -> TrainingPlan:
-    """Read the training YAML and plan it (see :func:`plan_training`)."""
-    workload, accumulation = read_training_yaml(shape, train)
-    return plan_training(
-        workload,
-        cluster,
-        accumulation=accumulation,
-        global_batch=global_batch,
-        accelerator=accelerator,
-        strategies=strategies,
-        margin=margin,
-        liger=liger,
-    )
-
-
-def _written_accumulation(train: dict[str, Any]) -> int:
-    """Return the YAML's gradient accumulation for the fixed split (1 when missing or not a positive int).
-
-    Only the predicted speed reads it; the strategy choice does not, so a value the validator or the trainer
-    refuses does not stop the choice.
-    """
-    value = train.get("gradient_accumulation_steps", 1)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-
-
-def plan_as_written(
-    shape: ModelShape,
-    train: dict[str, Any],
-    cluster: Cluster,
-    *,
-    accelerator: Accelerator = MI300X,
-    margin: float = SAFETY_MARGIN,
-) -> TrainingPlan:
-    """Plan the training YAML's own split under each strategy (``plan: as_written``; ``deepspeed: auto``).
-
-    The workload is the YAML's memory keys (:func:`base_workload`; ``flash_attn`` and ``lora_dropout`` are
-    not read at the fixed split); the choice is the first strategy in :data:`SPEED_RANK` that fits.
-    """
-    return plan_training(
-        base_workload(shape, train),
-        cluster,
-        accumulation=_written_accumulation(train),
-        accelerator=accelerator,
-        margin=margin,
-        fixed_split=True,
-    )
-
-
-def choose_deepspeed_config(  # noqa: PLR0917 - the positional signature agreed with the job engine
-    model_dir_or_config: str | Path | None,
-    train_yaml_dict: dict[str, Any],
-    gpus_per_node: int,
-    nodes: int,
-    gpu_mem_gib: float,
-    host_mem_gib: float,
-) -> tuple[str, dict[str, Any]]:
-    """Return ``(strategy name, DeepSpeed config)`` of the fastest strategy that fits at the YAML's split.
-
-    The config is {} for ``none`` (no DeepSpeed: no ``deepspeed:`` key in the training YAML).
-    ``model_dir_or_config``: see :func:`launcher.planning.model.resolve_shape`; ``host_mem_gib <= 0`` means
-    unknown (not checked). Raises ConfigurationError when no strategy fits.
-    """
-    cluster = Cluster(nodes, gpus_per_node, gpu_mem_gib, host_mem_gib)
-    plan = plan_as_written(resolve_shape(model_dir_or_config, train_yaml_dict), train_yaml_dict, cluster)
-    choice = plan.choice
-    if choice is None:
-        raise ConfigurationError(f"deepspeed: auto: {plan.reason()}")
-    return choice.strategy.value, deepspeed_config(choice.strategy) or {}
-
-
-def write_auto_config(plan: TrainingPlan, run_dir: Path) -> Path | None:
-    """Write ``plan.json`` and, unless the choice is ``none``, ``deepspeed_auto.json`` into ``run_dir``.
-
-    Returns the DeepSpeed JSON's path (None for ``none``); raises ConfigurationError when nothing fits.
-    """
-    (run_dir / "plan.json").write_text(json.dumps(plan.as_json(), indent=2) + "\n")
-    if plan.choice is None:
-        raise ConfigurationError(f"deepspeed: auto: {plan.reason()}")
-    config = plan.deepspeed_config()
-    if config is None:
-        return None
-    path = run_dir / "deepspeed_auto.json"
-    path.write_text(json.dumps(config, indent=2) + "\n")
-    return path

@@ -6,13 +6,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.config_io import load_config_file
 from launcher.exceptions import ConfigurationError
 from launcher.problems import ConfigKind, FileReport, Problem
+from launcher.spec.config_io import load_config_file
 from launcher.validation import backends, rules
 from launcher.validation.deepspeed import validate_deepspeed
 from launcher.validation.kinds import CONFIG_SUFFIXES, detect_kind
 from launcher.validation.llamafactory import validate_llamafactory
+from launcher.validation.plan_inputs import planner_inputs_problems
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -92,7 +93,9 @@ def _validate_jobspec(path: Path, *, builtin: bool | None = None) -> FileReport:
         job = load_job(path)
     except ConfigurationError as err:
         return FileReport(str(path), ConfigKind.JOBSPEC, problems=list(err.problems))
-    return validate_loaded(job, builtin=builtin)
+    report = validate_loaded(job, builtin=builtin)
+    report.problems.extend(planner_inputs_problems(job))  # validate only: `run` fails at its planning step
+    return report
 
 
 def _validate_file(path: Path, *, builtin: bool | None = None) -> FileReport:

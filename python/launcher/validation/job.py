@@ -17,15 +17,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from launcher.config_io import parse_config, read_config_bytes
 from launcher.exceptions import ConfigurationError
-from launcher.jobspec import load_job_spec_bytes
+from launcher.spec.config_io import parse_config, read_config_bytes
+from launcher.spec.jobspec_load import load_job_spec_bytes
 from launcher.validation.paths import config_root_for, resolve_referenced
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from launcher.jobspec import JobSpec
+    from launcher.spec.jobspec import JobSpec
 
 
 @dataclass(frozen=True)

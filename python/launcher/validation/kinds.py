@@ -39,12 +39,14 @@ def detect_kind(path: Path, data: object) -> ConfigKind:
     if not isinstance(data, dict):
         return ConfigKind.UNKNOWN
     keys = set(data)
+    # first: a job spec's ``stage`` (the folders it stages) is also LLaMA-Factory's marker, and no
+    # LLaMA-Factory config has ``train_config``
+    if keys & JOBSPEC_MARKERS and path.suffix.lower() != ".json":
+        return ConfigKind.JOBSPEC
     if keys & LLAMAFACTORY_MARKERS:
         return ConfigKind.LLAMAFACTORY
     if path.suffix.lower() == ".json":
         return ConfigKind.DEEPSPEED if keys & DEEPSPEED_MARKERS else ConfigKind.UNKNOWN
-    if keys & JOBSPEC_MARKERS:
-        return ConfigKind.JOBSPEC
     if keys & ACCELERATE_MARKERS:
         return ConfigKind.ACCELERATE
     return ConfigKind.UNKNOWN

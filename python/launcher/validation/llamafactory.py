@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.config_io import load_config_file
 from launcher.exceptions import ConfigurationError
+from launcher.spec.config_io import load_config_file
 from launcher.validation import backends, rules
 from launcher.validation.deepspeed import DeepSpeedFacts, deepspeed_facts, validate_deepspeed
 from launcher.validation.llamafactory_schema import (

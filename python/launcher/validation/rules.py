@@ -226,6 +226,43 @@ def ddp_timeout_hides_hangs(path: str, cfg: Mapping[str, Any], ds: DeepSpeedFact
     ]
 
 
+# experiment trackers that need a server on the internet (or the cluster's network) while the trainer runs;
+# the nodes are offline by design (HF_HUB_OFFLINE, no route out): TensorBoard writes files, collected after
+# the run (docs/launcher.md "Experiment trackers")
+ONLINE_TRACKERS = ("wandb", "mlflow", "comet_ml", "neptune", "clearml", "dagshub", "swanlab", "trackio")
+
+
+def _trackers(value: object) -> list[str]:
+    names = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else []
+    return [str(n).strip() for n in names if str(n).strip()]
+
+
+def online_tracker_offline_nodes(
+    path: str, cfg: Mapping[str, Any], ds: DeepSpeedFacts | None
+) -> list[Problem]:
+    """``report_to: wandb`` (mlflow, ...) fails or hangs on nodes that cannot reach its server; refused with
+    what works (``tensorboard``, collected into the run directory)."""
+    del ds
+    named = _trackers(cfg.get("report_to"))
+    online = [n for n in named if n in ONLINE_TRACKERS or n == "all"]
+    if cfg.get("use_swanlab") is True:
+        online.append("swanlab (use_swanlab)")
+    if not online:
+        return []
+    kept = [n for n in named if n not in online]
+    instead = ", ".join([*dict.fromkeys([*kept, "tensorboard"])])
+    return [
+        Problem(
+            path,
+            "report_to",
+            f"{', '.join(online)}: the nodes are offline by design, the tracker would fail or hang at the "
+            f"trainer; use report_to: {instead} (its event files are collected into runs/<run_id>/nodes: "
+            "tensorboard --logdir runs/<run_id>/nodes) or none",
+            "online-tracker-offline-nodes",
+        )
+    ]
+
+
 LLAMAFACTORY_RULES: tuple[Callable[[str, Mapping[str, Any], DeepSpeedFacts | None], list[Problem]], ...] = (
     pure_bf16_zero3,
     predict_with_generate_zero3,
@@ -234,6 +271,7 @@ LLAMAFACTORY_RULES: tuple[Callable[[str, Mapping[str, Any], DeepSpeedFacts | Non
     bf16_and_fp16_yaml,
     hf_values_match,
     ddp_timeout_hides_hangs,
+    online_tracker_offline_nodes,
 )
 
 
