@@ -2,11 +2,13 @@
 ends the run with the first rank's own exception (type, message), the host and rank that raised it first and
 the rank log to read, in the launcher's summary, ``status`` and the record; not torchrun's wrapper.
 
-Two inputs that pass validate and preflight and fail only in the trainer: a ``lora_target`` the model lacks
-(only PEFT knows the model's modules) and a hub id for ``model_name_or_path`` on nodes that are offline by
-design (``HF_HUB_OFFLINE=1``: nothing to download, nothing in the cache). Their collected rank logs are the
+One input that passes validate and preflight and fails only in the trainer: a ``lora_target`` the model
+lacks (only PEFT knows the model's modules). A hub id for ``model_name_or_path`` on nodes that are offline by
+design (``HF_HUB_OFFLINE=1``: nothing to download, nothing in the cache) failed in the trainer too until
+preflight learnt to refuse a hub id that is neither staged nor in the node's cache (#41): it is now refused
+in one line before anything starts (the last test). The collected rank logs of both trainer failures are the
 fixtures of tests/unit/test_failure_cause.py (tests/fixtures/failure_logs/README.md says how they were made):
-set ``MIFT_KEEP_FAILURE_LOGS=DIR`` to copy each case's ``nodes/`` there.
+set ``MIFT_KEEP_FAILURE_LOGS=DIR`` to copy a case's ``nodes/`` there.
 """
 
 from __future__ import annotations
@@ -25,15 +27,23 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 # case -> (the training YAML's edit, what the cause (its message or what it was raised from) names: PEFT's
-# ValueError names the module; offline, LLaMA-Factory's "Failed to load tokenizer." is raised from
-# transformers' OSError, raised from huggingface_hub's LocalEntryNotFoundError; none of them names the model)
+# ValueError names the module)
 CASES = {
     "cause-lora-module-missing": ({"lora_target": "no_such_module"}, "no_such_module"),
-    "cause-model-not-on-offline-node": (
-        {"model_name_or_path": "mift-faults/no-such-model"},
-        "LocalEntryNotFoundError: Cannot find the requested files in the disk cache",
-    ),
 }
+
+
+def _job_with(cluster: Cluster, name: str, edit: dict[str, str]) -> Path:
+    """The faults job ``name`` (4 steps) whose training YAML has ``edit`` applied."""
+    job = cluster.job(name, max_steps=4)
+    train = job.parent / "configs" / "train" / f"{name}.yaml"
+    text = train.read_text()
+    for key, value in edit.items():
+        text = "\n".join(
+            f"{key}: {value}" if line.startswith(f"{key}:") else line for line in text.splitlines()
+        )
+    train.write_text(text + "\n")
+    return job
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -48,14 +58,7 @@ def test_failure_line_names_the_cause(case: str, cluster: Cluster, fault_record:
         "message, its host and rank and its rank log; not torchrun's ChildFailedError",
     )
     name = f"faults-{case}"
-    job = cluster.job(name, max_steps=4)
-    train = job.parent / "configs" / "train" / f"{name}.yaml"
-    text = train.read_text()
-    for key, value in edit.items():
-        text = "\n".join(
-            f"{key}: {value}" if line.startswith(f"{key}:") else line for line in text.splitlines()
-        )
-    train.write_text(text + "\n")
+    job = _job_with(cluster, name, edit)
     out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=900)
     rec = cluster.record(name)
     status = cluster.run("status", rec.get("run_id", name), timeout=300)
@@ -79,3 +82,29 @@ def test_failure_line_names_the_cause(case: str, cluster: Cluster, fault_record:
     assert line in rec.get("result_reason", ""), rec.get("result_reason")
     assert line in out.stdout and str(log) in out.stdout, out.stdout[-3000:]
     assert line in status.stdout and str(log) in status.stdout, status.stdout
+
+
+def test_model_not_on_offline_nodes_refused_before_the_start(
+    cluster: Cluster, fault_record: dict[str, Any]
+) -> None:
+    """A hub id neither staged nor in the nodes' cache: preflight's one line, nothing started (#41)."""
+    fault_record.update(
+        case="cause-model-not-on-offline-node",
+        group="2 faults",
+        input="the training YAML with model_name_or_path: mift-faults/no-such-model (a hub id; the nodes run "
+        "offline)",
+        expected="exit 2 at preflight with one line naming the id, the hosts and what to do; nothing started",
+    )
+    name = "faults-cause-model-not-on-offline-node"
+    job = _job_with(cluster, name, {"model_name_or_path": "mift-faults/no-such-model"})
+    out = cluster.run("run", str(job), "-i", str(cluster.inventory), timeout=900)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    fault_record["observed"] = f"launcher exit {out.returncode}: {lines[-1] if lines else '(no line)'}"
+    print("\ncause-model-not-on-offline-node:\n" + "\n".join(lines))
+    assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-2000:]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        "error: host1, host2: model_name_or_path: mift-faults/no-such-model: not staged"
+    ), lines
+    assert "stage it (stage.model in the job spec); nothing was started" in lines[0], lines
+    assert cluster.record(name).get("status") == "rejected"

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from launcher.rundir.failure_cause import find_cause, in_last_attempt, last_exception, with_cause
+from launcher.rundir.report import attempt_lines
+from launcher.rundir.runs import RunRecord
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "failure_logs"
 HOSTS = ["host1", "host2"]
@@ -81,3 +83,15 @@ def test_no_logs_no_cause(tmp_path: Path, case: str) -> None:
     for log in run.rglob("rank*.stderr.log"):
         log.write_text("[W1207 04:59:35 socket.cpp:207] [c10d] a warning, no traceback\n")
     assert find_cause(run, HOSTS) is None
+
+
+def test_the_attempt_line_names_the_cause() -> None:
+    """``status``'s and the report's attempt line carry the attempt's cause (the real lora-case record)."""
+    record = RunRecord.of(json.loads((FIXTURES / "cause-lora-module-missing" / "record.json").read_text()))
+    (line,) = attempt_lines(record)
+    assert "trainer_error: host1: trainer exited rc=1: ValueError: Target modules {'no_such_module'}" in line
+    assert "read " in line and "nodes/host2/rank3.stderr.log)" in line
+    assert line.endswith(
+        "-> not retried: trainer_error is not in recovery.retry_on "
+        "(node_lost, trainer_signal, stall, gpu_error)"
+    )

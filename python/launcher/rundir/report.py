@@ -143,6 +143,7 @@ def attempt_lines(record: RunRecord) -> list[str]:
         frm = f"from checkpoint-{resume}" if isinstance(resume, int) else "from step 0"
         why = f" {a['kind']}:" if a.get("kind") else ""
         why += f" {a['reason']}" if a.get("reason") else ""
+        why += f": {a['cause']}" if a.get("cause") else ""  # the first rank's exception (failure_cause)
         decision = f" -> {a['decision']}" if a.get("decision") else ""
         replaced = a.get("replaced") if isinstance(a.get("replaced"), dict) else None
         spare = "".join(f" ({n} in {o}'s place)" for o, n in (replaced or {}).items())
