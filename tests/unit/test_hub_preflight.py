@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.node import probe as mift_probe
+from launcher.node import probe_paths as mift_probe_paths
 from launcher.preflight.checks import node_paths
 from launcher.spec.jobspec import JobSpec
 
@@ -49,7 +49,7 @@ def test_an_unstaged_hub_id_is_a_requirement_on_every_node() -> None:
 def test_complete_snapshot_passes(tmp_path: Path) -> None:
     cache = cache_with_snapshot(tmp_path)
     req = node_paths({"model_name_or_path": REPO}, spec(HF_HUB_CACHE=str(cache)), deepspeed=True)
-    assert mift_probe.missing_paths(tmp_path / "run", [r.as_extravar() for r in req]) == []
+    assert mift_probe_paths.missing_paths(tmp_path / "run", [r.as_extravar() for r in req]) == []
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_missing_or_incomplete_snapshot_is_refused(tmp_path: Path, layout: str, 
     if layout != "none":
         cache_with_snapshot(cache, incomplete=layout == "incomplete", broken=layout == "broken")
     req = node_paths({"model_name_or_path": REPO}, spec(HF_HUB_CACHE=str(cache)), deepspeed=True)
-    missing = mift_probe.missing_paths(tmp_path / "run", [r.as_extravar() for r in req])
+    missing = mift_probe_paths.missing_paths(tmp_path / "run", [r.as_extravar() for r in req])
     assert len(missing) == 1 and missing[0]["path"] == REPO
     assert why in missing[0]["why"]
     assert "stage it (stage.model in the job spec)" in missing[0]["why"]
@@ -76,5 +76,5 @@ def test_a_revision_the_cache_lacks_is_refused(tmp_path: Path) -> None:
     cache = cache_with_snapshot(tmp_path / "c")
     train = {"model_name_or_path": REPO, "model_revision": "v2"}
     req = node_paths(train, spec(HF_HUB_CACHE=str(cache)), deepspeed=True)
-    missing = mift_probe.missing_paths(tmp_path / "run", [r.as_extravar() for r in req])
+    missing = mift_probe_paths.missing_paths(tmp_path / "run", [r.as_extravar() for r in req])
     assert "no snapshot of v2" in missing[0]["why"]

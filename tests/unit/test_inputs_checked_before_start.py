@@ -20,6 +20,7 @@ from launcher.backends.runner import PlaybookResult
 from launcher.exceptions import ConfigurationError
 from launcher.main import cli
 from launcher.node import probe as mift_probe
+from launcher.node import probe_paths as mift_probe_paths
 from launcher.preflight.checks import MODEL_FILES, NodePath, node_paths, run_preflight
 from launcher.rundir.report import steps_text
 from launcher.rundir.runs import RunRecord
@@ -139,7 +140,7 @@ def test_probe_reports_a_missing_model_folder_and_one_without_weights(tmp_path: 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    found = mift_probe.missing_paths(
+    found = mift_probe_paths.missing_paths(
         tmp_path / "run",
         _require(
             NodePath("model_name_or_path", str(tmp_path / "nope"), MODEL_FILES),
@@ -161,10 +162,10 @@ def test_probe_follows_a_weights_index_to_its_shards(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     (tmp_path / "model-00001-of-00002.safetensors").write_text("")
     require = _require(NodePath("model_name_or_path", str(tmp_path), MODEL_FILES))
-    [gap] = mift_probe.missing_paths(tmp_path, require)
+    [gap] = mift_probe_paths.missing_paths(tmp_path, require)
     assert gap["why"] == "model-00002-of-00002.safetensors (named by model.safetensors.index.json) missing"
     (tmp_path / "model-00002-of-00002.safetensors").write_text("")
-    assert mift_probe.missing_paths(tmp_path, require) == []
+    assert mift_probe_paths.missing_paths(tmp_path, require) == []
 
 
 def test_probe_refuses_a_checkpoint_cut_short_and_resolves_relative_paths_in_the_run_dir(
@@ -174,17 +175,17 @@ def test_probe_refuses_a_checkpoint_cut_short_and_resolves_relative_paths_in_the
     ckpt = tmp_path / "runs" / "old" / "output" / "checkpoint-4"
     (ckpt / "global_step4").mkdir(parents=True)
     need = NodePath("resume", "../old/output/checkpoint-4", (("trainer_state.json",), ("global_step*",)))
-    [gap] = mift_probe.missing_paths(run_dir, _require(need))
+    [gap] = mift_probe_paths.missing_paths(run_dir, _require(need))
     assert gap["why"] == "trainer_state.json missing"
     (ckpt / "trainer_state.json").write_text("{}")
-    assert mift_probe.missing_paths(run_dir, _require(need)) == []
+    assert mift_probe_paths.missing_paths(run_dir, _require(need)) == []
 
 
 def test_probe_checks_dataset_names_and_their_files(tmp_path: Path) -> None:
     info = {"a": {"file_name": "a.json"}, "hub": {"hf_hub_url": "org/x", "file_name": "x.json"}}
     (tmp_path / "dataset_info.json").write_text(json.dumps(info))
     need = NodePath("dataset_dir", str(tmp_path), (("dataset_info.json",),), ("a", "hub", "zzz"))
-    [gap] = mift_probe.missing_paths(tmp_path, _require(need))
+    [gap] = mift_probe_paths.missing_paths(tmp_path, _require(need))
     assert gap["why"] == f"a: {tmp_path / 'a.json'} missing; dataset 'zzz' not in dataset_info.json"
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from . import contract
 from .common import STATE_FILE, _now, _read_json, _write_json, output_dir_of
-from .probe import checkpoints
+from .probe_paths import checkpoints
 
 
 def unpack_bundle(run_dir: Path) -> str | None:

@@ -19,7 +19,8 @@ from typing import Any
 from . import contract
 from .bundle import SLURM_GPU_ENV, mark_latest
 from .common import GIB, STATE_FILE, _now, _read_json, _write_json, agent_key, output_dir_of, sweep
-from .probe import checkpoints, free_bytes, installed_versions, local_facts
+from .probe import free_bytes, installed_versions, local_facts
+from .probe_paths import checkpoints
 from .supervise import _supervise
 
 
