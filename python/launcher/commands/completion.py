@@ -30,8 +30,15 @@ def _preamble(shell: str, root: str) -> str:
     return f"_mift_run_ids() {{\n  local -a ids\n  {ids}\n  compadd -a ids\n}}\n"
 
 
-def mark_run_argument(action: argparse.Action) -> None:
-    """Complete ``action`` (a run id positional) from the runs folder (shtab reads ``complete``)."""
+def add_run_argument(parser: argparse.ArgumentParser, *, optional: bool = True) -> None:
+    """Add the run positional (``optional``: the latest run when left out), completed from the runs folder
+    (shtab reads the action's ``complete``)."""
+    if optional:
+        action = parser.add_argument(
+            "run", nargs="?", help="run id or unique prefix (default: the latest run)"
+        )
+    else:
+        action = parser.add_argument("run", help="run id or unique prefix")
     action.complete = RUN_IDS  # type: ignore[attr-defined]
 
 

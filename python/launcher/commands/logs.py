@@ -8,7 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from launcher.commands.completion import mark_run_argument
+from launcher.commands.completion import add_run_argument
 from launcher.exceptions import ConfigurationError
 from launcher.exit_codes import OK, ExitCode
 from launcher.node import contract
@@ -26,9 +26,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "is "
         "fetched from the node first; --follow keeps fetching until the run ends.",
     )
-    mark_run_argument(
-        p.add_argument("run", nargs="?", help="run id or unique prefix (default: the latest run)")
-    )
+    add_run_argument(p)
     p.add_argument("--node", default="0", help="node rank or host name (default: 0)")
     p.add_argument(
         "--rank",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.commands.completion import mark_run_argument
+from launcher.commands.completion import add_run_argument
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 
 if TYPE_CHECKING:
@@ -21,9 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "run nobody follows (detached, or its launcher died) is finalized here once every node has ended. "
         "Exit code: 0 running or succeeded, 1 failed, stalled or stopped.",
     )
-    mark_run_argument(
-        p.add_argument("run", nargs="?", help="run id or unique prefix (default: the latest run)")
-    )
+    add_run_argument(p)
     p.add_argument("--json", action="store_true", help='one JSON object (docs/launcher.md "JSON output")')
     p.set_defaults(func=_cmd_status)
     return p

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from launcher.commands.completion import mark_run_argument
+from launcher.commands.completion import add_run_argument
 from launcher.exit_codes import JOB_FAILED, OK, ExitCode
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="SIGTERM the trainer's process group and every process of the run on every node, SIGKILL "
         "what is left after the grace period, check nothing is left, fetch logs. Safe to repeat.",
     )
-    mark_run_argument(p.add_argument("run", help="run id or unique prefix"))
+    add_run_argument(p, optional=False)
     p.set_defaults(func=_cmd_stop)
     return p
 
