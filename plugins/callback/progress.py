@@ -54,8 +54,24 @@ LONG_STEPS: tuple[tuple[str, tuple[str, ...], re.Pattern[str] | None], ...] = (
 )
 
 
+# tasks that do no long work whatever their names say (an argument check, an assert, a fact)
+NOT_WORK = frozenset(
+    f"{prefix}{module}"
+    for prefix in ("", "ansible.builtin.")
+    for module in ("validate_argument_spec", "assert", "set_fact", "debug", "meta", "fail")
+)
+# tasks that only open a block of tasks: the step starts there, its own tasks say when it ends
+WRAPPERS = frozenset(
+    f"{prefix}{module}"
+    for prefix in ("", "ansible.builtin.")
+    for module in ("include_role", "import_role", "include_tasks", "import_tasks")
+)
+
+
 def long_step(action: str, name: str) -> str | None:
     """Return the long step a task is (``DKMS build``, ``reboot wait``, ``wheel build``), or None."""
+    if action in NOT_WORK:
+        return None
     for step, actions, pattern in LONG_STEPS:
         if action in actions or (pattern is not None and pattern.search(name)):
             return step
@@ -95,6 +111,7 @@ class CallbackModule(CallbackBase):
         self.tasks = 0
         self.batch = 1
         self.long: dict[str, tuple[str, str, float]] = {}  # task uuid -> (step, task name, start)
+        self.next_play = 0  # the place in the playbook's plays after the current one
         self.now = time.monotonic  # replaced by the unit test's clock
 
     def _line(self, text: str) -> None:
@@ -108,6 +125,7 @@ class CallbackModule(CallbackBase):
             return
         self.t0 = self.now()
         self.plays = [play.get_name() for play in playbook.get_plays()]
+        self.next_play = 0
         self._line(f"{os.path.basename(playbook._file_name)}: {len(self.plays)} phases")  # noqa: PTH119
 
     def _done(self) -> list[str]:
@@ -142,8 +160,11 @@ class CallbackModule(CallbackBase):
             )
             return
         self._end_phase()
-        # the play's place among the playbook's plays (a rolling play starts once per batch: the same place)
-        self.phase = self.plays.index(name) + 1 if name in self.plays else len(self.plays)
+        # the play's place among the playbook's plays, after the last one (a name may stand more than once;
+        # a rolling play starts once per batch: the same place, above)
+        later = [i for i in range(self.next_play, len(self.plays)) if self.plays[i] == name]
+        self.phase = later[0] + 1 if later else min(self.next_play + 1, len(self.plays))
+        self.next_play = self.phase
         self.phase_name = name
         self.phase_t0 = self.now()
         self.failed, self.unreachable, self.seen, self.tasks, self.batch = set(), set(), set(), 0, 1
@@ -153,6 +174,10 @@ class CallbackModule(CallbackBase):
             self.hosts = [h.name for h in hosts if h.name not in self.gone]
         except (AttributeError, TypeError):
             self.hosts = []
+        if not self.hosts:  # nothing to do there (e.g. the Slurm plays without mift_slurm)
+            self._line(f"phase {self.phase}/{len(self.plays)} {name!r}: no hosts, skipped")
+            self.phase = 0
+            return
         self._line(f"phase {self.phase}/{len(self.plays)} {name!r} started: {len(self.hosts)} hosts")
 
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:  # noqa: ANN401
@@ -162,7 +187,8 @@ class CallbackModule(CallbackBase):
         name = task.get_name()
         step = long_step(str(task.action), name)
         if step is not None:
-            self.long[str(task._uuid)] = (step, name, self.now())
+            if str(task.action) not in WRAPPERS:  # a wrapper returns at once: no "done" line for it
+                self.long[str(task._uuid)] = (step, name, self.now())
             active = len([h for h in self.hosts if h not in self.failed | self.unreachable])
             self._line(
                 f"long step: {step} ({name!r}) on {active} hosts, phase {self.phase}/{len(self.plays)}"
