@@ -21,7 +21,7 @@ import ansible_runner
 from launcher.exceptions import ConfigurationError
 from launcher.spec.inventory import inventory_not_found
 from launcher.spec.nodelayout import layout
-from launcher.spec.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR
+from launcher.spec.repo import ANSIBLE_CFG, ANSIBLE_HOME, PLAYBOOK_DIR, SSH_CONTROL_DIR
 from launcher.transfer import nodeprogram
 
 if TYPE_CHECKING:
@@ -229,9 +229,8 @@ class PlaybookRunner:
             "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
             "ANSIBLE_HOME": str(ANSIBLE_HOME),
             "ANSIBLE_LOCAL_TEMP": str(ANSIBLE_HOME / "tmp"),
-            # ansible.cfg's relative control_path_dir would land in the private data dir
-            # (ansible-runner's cwd), whose path is too long for an ssh ControlPath socket
-            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(ANSIBLE_HOME / "cp"),
+            # a short folder, whatever the checkout's or the run's path (a ControlPath socket is <= 107 bytes)
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(SSH_CONTROL_DIR),
             "ANSIBLE_NOCOLOR": "1",
         }
         env.update({k: os.environ[k] for k in PASS_THROUGH_ENV if k in os.environ})

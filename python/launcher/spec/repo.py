@@ -35,3 +35,6 @@ CHECKOUT = _checkout()
 ANSIBLE_CFG = CHECKOUT / "ansible.cfg" if CHECKOUT else PACKAGE_DIR / "ansible.cfg"
 STATE_DIR = CHECKOUT or Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "mift"
 ANSIBLE_HOME = STATE_DIR / ".ansible"
+# ssh's control sockets: not under STATE_DIR (a checkout's path can be long; a socket path is at most 107
+# bytes: "unix_listener: ... too long for Unix domain socket"); ansible.cfg's control_path_dir, the same folder
+SSH_CONTROL_DIR = Path.home() / ".ansible" / "cp"
