@@ -36,5 +36,5 @@ ANSIBLE_CFG = CHECKOUT / "ansible.cfg" if CHECKOUT else PACKAGE_DIR / "ansible.c
 STATE_DIR = CHECKOUT or Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "mift"
 ANSIBLE_HOME = STATE_DIR / ".ansible"
 # ssh's control sockets: not under STATE_DIR (a checkout's path can be long; a socket path is at most 107
-# bytes: "unix_listener: ... too long for Unix domain socket"); ansible.cfg's control_path_dir, the same folder
+# bytes: "unix_listener: ... too long for Unix domain socket"); ansible.cfg's control_path_dir: the same
 SSH_CONTROL_DIR = Path.home() / ".ansible" / "cp"
