@@ -85,22 +85,23 @@ class CliResult:
     runner_calls: list[str] = field(default_factory=list)
 
 
+def _set_environ(values: Mapping[str, str | None]) -> None:
+    """Set each variable (None: unset it)."""
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @contextlib.contextmanager
 def _environ(values: Mapping[str, str | None]) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in values}
     try:
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_environ(values)
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_environ(saved)
 
 
 def _exit_status(exc: SystemExit) -> int:

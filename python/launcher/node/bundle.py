@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import contract
-from .common import STATE_FILE, _now, _read_json, _write_json, output_dir_of
+from .common import STATE_FILE, _now, output_dir_of, read_json, write_json
 from .probe_paths import checkpoints
 
 
@@ -30,8 +30,8 @@ def unpack_bundle(run_dir: Path) -> str | None:
         fd = os.open(run_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
-    _write_json(run_dir / contract.JOB_FILE, dict(bundle["job"]), 0o600)
-    _write_json(run_dir / contract.ENV_FILE, dict(bundle["env"]), 0o600)
+    write_json(run_dir / contract.JOB_FILE, dict(bundle["job"]), 0o600)
+    write_json(run_dir / contract.ENV_FILE, dict(bundle["env"]), 0o600)
     bundle_path.unlink()
     return None
 
@@ -67,7 +67,7 @@ def _unpacked_job(run_dir: Path) -> tuple[dict[str, Any], str]:
     if bad:
         return {}, f"{run_dir}/{bad}"
     try:
-        job: dict[str, Any] = dict(contract.job_from(_read_json(run_dir / contract.JOB_FILE)))
+        job: dict[str, Any] = dict(contract.job_from(read_json(run_dir / contract.JOB_FILE)))
     except contract.ContractError as err:
         return {}, f"{run_dir}/{err}"
     mark_latest(run_dir, job)
@@ -79,11 +79,11 @@ def cmd_prepare(run_dir: Path) -> dict[str, Any]:
     job, bad = _unpacked_job(run_dir)
     if bad:
         return {"ok": False, "error": bad}
-    state = _read_json(run_dir / STATE_FILE)
+    state = read_json(run_dir / STATE_FILE)
     if state.get("state") == contract.QUEUED:
         return {"ok": True, "changed": False, **state}
     state = {"state": contract.QUEUED, "queued_at": _now(), "node_rank": job.get("node_rank")}
-    _write_json(run_dir / STATE_FILE, state)
+    write_json(run_dir / STATE_FILE, state)
     return {"ok": True, "changed": True, **state}
 
 

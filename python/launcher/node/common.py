@@ -48,7 +48,8 @@ def _now() -> float:
     return round(time.time(), 3)
 
 
-def _write_json(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
+def write_json(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` through a temporary file beside it (a reader never sees half a file)."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w") as fh:
@@ -56,7 +57,8 @@ def _write_json(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
     tmp.replace(path)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """Return the JSON object in ``path`` ({} when absent or unreadable)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

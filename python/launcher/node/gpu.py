@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .common import read_json, write_json
 from .gpu_parse import GPU_DEVICE_RE, NVIDIA_FIELDS, parse_amd_metric, parse_nvidia_query
 
 TELEMETRY_FILE = "telemetry.jsonl"
@@ -198,21 +199,6 @@ def _now() -> float:
     return round(time.time(), 3)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """Return the JSON object in ``path`` ({} when absent or unreadable)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 class Sampler:
     """Samples the node's GPUs every ``period_s`` in a thread of the supervisor, from a baseline taken before
     the trainer starts. :attr:`fault` is set (one line naming the GPU) when a GPU breaks; the supervisor stops
@@ -244,7 +230,7 @@ class Sampler:
         self.state.update(latest={"t": line["t"], **summary(gpus)}, samples=self.state.get("samples", 0) + 1)
 
     def _save(self) -> None:
-        _write_json(self.run_dir / TELEMETRY_STATE, {**self.state, "fault": self.fault or None})
+        write_json(self.run_dir / TELEMETRY_STATE, {**self.state, "fault": self.fault or None})
 
     def _failed(self, err: ToolError) -> None:
         if self._stop.is_set():  # stop() killed the call in flight: the run ended, the tool did not fail
@@ -346,7 +332,7 @@ def after_check(run_dir: Path, proc_root: Path = Path("/proc")) -> dict[str, Any
             checked.append("ecc")
             problems.extend(gpu_faults(baseline, gpus))
     result = {"ok": not problems, "problems": problems, "checked": checked, "t": _now()}
-    _write_json(run_dir / AFTER_FILE, result)
+    write_json(run_dir / AFTER_FILE, result)
     return result
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from . import contract
 from .bundle import cmd_prepare
 from .collect import cmd_collect
-from .common import STATE_FILE, _now, _read_json, _write_json
+from .common import STATE_FILE, _now, read_json, write_json
 from .status import cmd_status
 
 SHARED_COMMANDS = ("shared-prepare", "shared-status", "shared-collect", "shared-stop")
@@ -50,12 +50,12 @@ def cmd_shared(command: str, root: Path, grace: float, job_gone: bool) -> dict[s
 
 
 def _shared_stop(run_dir: Path, job_gone: bool) -> dict[str, Any]:
-    state = _read_json(run_dir / STATE_FILE)
+    state = read_json(run_dir / STATE_FILE)
     active = state.get("state") in (contract.RUNNING, contract.STARTING, contract.QUEUED)
     if not active:
         return {"ok": True, "changed": False, "left": [], "state": state.get("state")}
     if not job_gone:
         return {"ok": False, "changed": False, "left": ["the slurm job is still on its nodes"], **state}
     state.update({"state": contract.STOPPED, "ended_at": _now(), "note": "ended by slurm (scancel)"})
-    _write_json(run_dir / STATE_FILE, state)
+    write_json(run_dir / STATE_FILE, state)
     return {"ok": True, "changed": True, "left": [], "state": contract.STOPPED}

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import contract
 from .bundle import SLURM_GPU_ENV, mark_latest
-from .common import GIB, STATE_FILE, _now, _read_json, _write_json, agent_key, output_dir_of, sweep
+from .common import GIB, STATE_FILE, _now, agent_key, output_dir_of, read_json, sweep, write_json
 from .probe import free_bytes, installed_versions, local_facts
 from .probe_paths import checkpoints
 from .supervise import _supervise
@@ -55,7 +55,7 @@ def slurm_node(environ: dict[str, str]) -> str:
 
 def cmd_slurm_checkpoints(run_dir: Path) -> dict[str, Any]:
     """Return this node's Slurm name and the steps of the complete checkpoints in the job's output_dir."""
-    job = _read_json(run_dir / contract.JOB_FILE)
+    job = read_json(run_dir / contract.JOB_FILE)
     steps = checkpoints(output_dir_of(run_dir, job)) if job.get("run_id") else []
     return {"ok": bool(job.get("run_id")), "node": slurm_node(dict(os.environ)), "checkpoints": steps}
 
@@ -126,17 +126,17 @@ def cmd_slurm_step(
     """
     if ranks:
         run_dir = rank_dir(run_dir, dict(os.environ))
-    job = _read_json(run_dir / contract.JOB_FILE)
+    job = read_json(run_dir / contract.JOB_FILE)
     if not job.get("run_id"):
         return {"ok": False, "error": f"{run_dir}/{contract.JOB_FILE}: no job here (not prepared)"}
-    env = _read_json(run_dir / contract.ENV_FILE)
+    env = read_json(run_dir / contract.ENV_FILE)
     placed = slurm_placement(dict(os.environ), slurm_nodes(os.environ["SLURM_JOB_NODELIST"]))
     # the node's state says where Slurm put it and the rendezvous it used (the launcher's record takes them)
     extra: dict[str, Any] = {"slurm_node": slurm_node(dict(os.environ)), "master_addr": placed["MASTER_ADDR"]}
     env.update({k: v for k, v in placed.items() if k not in SLURM_GPU_ENV or k not in env})
-    _write_json(run_dir / contract.ENV_FILE, env, 0o600)
+    write_json(run_dir / contract.ENV_FILE, env, 0o600)
     job["node_rank"] = int(placed["NODE_RANK"])
-    _write_json(run_dir / contract.JOB_FILE, job, 0o600)
+    write_json(run_dir / contract.JOB_FILE, job, 0o600)
     for name in (STATE_FILE, contract.RC_FILE, contract.PID_FILE, contract.STOP_FILE):
         with contextlib.suppress(FileNotFoundError):
             (run_dir / name).unlink()
@@ -146,7 +146,7 @@ def cmd_slurm_step(
         # scancel, a time limit or another node's failure (--kill-on-bad-exit): stop the trainer; the
         # supervisor's wait then returns and records the run as stopped
         (run_dir / contract.STOP_FILE).write_text(f"{_now()} slurm {signal.Signals(signum).name}\n")
-        state = _read_json(run_dir / STATE_FILE)
+        state = read_json(run_dir / STATE_FILE)
         sweep(state.get("pid"), key, grace)
 
     signal.signal(signal.SIGTERM, on_term)
@@ -158,7 +158,7 @@ def cmd_slurm_step(
             mark_latest(run_dir, {**job, "resume_from": f"{output_dir}/checkpoint-{step}"})
         job = {**job, "argv": resume_argv([str(a) for a in job["argv"]], output_dir, step)}
     _supervise(run_dir, job, grace, extra)
-    state = _read_json(run_dir / STATE_FILE)
+    state = read_json(run_dir / STATE_FILE)
     return {"ok": state.get("rc") == 0, **state}
 
 
@@ -168,7 +168,7 @@ EXPECT_FILE = "expect.json"  # shared run root: what the plan was made for (the 
 def node_check(run_dir: Path, expect: dict[str, Any], local: dict[str, dict[str, Any]]) -> str:
     """Return why this node cannot run its rank of the job ('' when it can): the bundle unpacked, the trainer
     entry point, the stack versions the plan was made for, GPUs verified, free disk for the outputs."""
-    job = _read_json(run_dir / contract.JOB_FILE)
+    job = read_json(run_dir / contract.JOB_FILE)
     if not job.get("run_id"):
         return f"{run_dir}/{contract.JOB_FILE}: no job here (not prepared)"
     cli = Path(str(job["argv"][0]))
@@ -203,19 +203,19 @@ def cmd_slurm_check(root: Path) -> dict[str, Any]:
         why = f"{run_dir}: no such run directory (not prepared)"
         print(f"mift_agent: {node}: preflight: {why}", file=sys.stderr)
         return {"ok": False, "error": why, "slurm_node": node}
-    expect = _read_json(root / EXPECT_FILE)
+    expect = read_json(root / EXPECT_FILE)
     facts_dir = expect.get("facts_dir")  # the node layout's, from the launcher (no copy of it here)
     why = (
         node_check(run_dir, expect, local_facts(Path(str(facts_dir))))
         if facts_dir
         else f"{root / EXPECT_FILE}: no facts_dir (written by an older launcher): submit the run again"
     )
-    state = _read_json(run_dir / STATE_FILE)
+    state = read_json(run_dir / STATE_FILE)
     if why:
         state = {"state": contract.EXITED, "rc": 3, "reason": f"preflight: {why}", "ended_at": _now()}
         state["slurm_node"] = node
         print(f"mift_agent: {node} (rank {environ['SLURM_NODEID']}): preflight: {why}", file=sys.stderr)
     else:
         state = {**state, "preflight": "ok", "slurm_node": node}
-    _write_json(run_dir / STATE_FILE, state)
+    write_json(run_dir / STATE_FILE, state)
     return {"ok": not why, **state}

@@ -25,11 +25,11 @@ from .common import (
     TEARDOWN_ABORT,
     WORLD_SIZE_RE,
     _ours,
-    _read_json,
     _supervisor_alive,
     agent_key,
     marked_pids,
     output_dir_of,
+    read_json,
 )
 from .slurm import requeue_causes
 from .watch import watch_facts
@@ -116,8 +116,8 @@ def _processes(job: dict[str, Any], run_dir: Path) -> int:
 def cmd_status(run_dir: Path, remote: bool = False) -> dict[str, Any]:
     """Report the node's view of the run (``remote``: read on another host through a shared folder, where
     the pids mean nothing: the state file is the answer)."""
-    job = _read_json(run_dir / contract.JOB_FILE)
-    state = _read_json(run_dir / STATE_FILE)
+    job = read_json(run_dir / contract.JOB_FILE)
+    state = read_json(run_dir / STATE_FILE)
     name = state.get("state", contract.ABSENT)
     if remote:
         trainer_alive = name == contract.RUNNING

@@ -19,12 +19,12 @@ from .common import (
     STATE_FILE,
     _now,
     _ours,
-    _read_json,
     _supervisor_alive,
-    _write_json,
     agent_key,
     marked_pids,
+    read_json,
     sweep,
+    write_json,
 )
 from .watch import (
     FLIGHT_RECORDER_DUMP,
@@ -134,11 +134,11 @@ def watch_files(run_dir: Path) -> list[Path]:
 def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
     """Stop every process of the run on this node; safe to call again (``dump``: write stack dumps of every
     process of the run first, :func:`dump_stacks`)."""
-    job = _read_json(run_dir / contract.JOB_FILE)
+    job = read_json(run_dir / contract.JOB_FILE)
     run_id = str(job.get("run_id") or "")
     if not run_id:
         return {"ok": True, "changed": False, "left": [], "note": "no job here"}
-    state = _read_json(run_dir / STATE_FILE)
+    state = read_json(run_dir / STATE_FILE)
     key = agent_key(run_id, run_dir)
     before = marked_pids(key)
     pgid = state.get("pid")
@@ -151,13 +151,13 @@ def cmd_stop(run_dir: Path, grace: float, dump: bool = False) -> dict[str, Any]:
     deadline = time.monotonic() + 5
     while running and time.monotonic() < deadline and _supervisor_alive(state):
         time.sleep(0.1)
-    state = _read_json(run_dir / STATE_FILE)
+    state = read_json(run_dir / STATE_FILE)
     if state.get("state") in (
         contract.RUNNING,
         contract.STARTING,
     ):  # the supervisor is gone too: record it here
         state.update({"state": contract.STOPPED, "ended_at": _now(), "rc": state.get("rc")})
-        _write_json(run_dir / STATE_FILE, state)
+        write_json(run_dir / STATE_FILE, state)
     return {
         "ok": not left,
         "changed": running,

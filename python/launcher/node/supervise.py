@@ -21,18 +21,18 @@ from .common import (
     STATE_FILE,
     _identity,
     _now,
-    _read_json,
     _supervisor_alive,
-    _write_json,
     agent_key,
     output_dir_of,
+    read_json,
     sweep,
+    write_json,
 )
 from .watch import flight_recorder_env
 
 
 def _trainer_env(run_dir: Path, job: dict[str, Any]) -> dict[str, str]:
-    extra = _read_json(run_dir / contract.ENV_FILE)
+    extra = read_json(run_dir / contract.ENV_FILE)
     env = {k: v for k, v in os.environ.items() if k in ("HOME", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME")}
     env.setdefault("HOME", "/root")
     env["PATH"] = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -75,7 +75,7 @@ def tensorboard_files(output_dir: Path) -> list[Path]:
 def rank_logs(run_dir: Path) -> dict[str, Path]:
     """Return ``rank<N>.<stream>.log`` -> torchrun's file for it (N = NODE_RANK x NPROC_PER_NODE + the local
     rank: torchrun's static rendezvous; the newest attempt wins)."""
-    env = _read_json(run_dir / contract.ENV_FILE)
+    env = read_json(run_dir / contract.ENV_FILE)
     try:
         first = int(env.get("NODE_RANK") or 0) * int(env.get("NPROC_PER_NODE") or 1)
     except ValueError:
@@ -178,7 +178,7 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
         log.write(f"mift_agent: cannot start {argv[0]}: {err}\n".encode())
         log.close()
         (run_dir / contract.RC_FILE).write_text("127\n")
-        _write_json(
+        write_json(
             run_dir / STATE_FILE,
             {
                 "state": contract.EXITED,
@@ -203,7 +203,7 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
         "rc": None,
         **extra,
     }
-    _write_json(run_dir / STATE_FILE, state)
+    write_json(run_dir / STATE_FILE, state)
     watchdog = MasterWatch.from_env(env, job)
     lost = ""
     while True:
@@ -239,7 +239,7 @@ def _supervise(run_dir: Path, job: dict[str, Any], grace: float, extra: dict[str
         state["reason"] = lost
     if sampler is not None and sampler.fault:  # the run fails, whatever the stopped trainer's rc
         state.update(state=contract.FAILED, gpu_fault=sampler.fault)
-    _write_json(run_dir / STATE_FILE, state)
+    write_json(run_dir / STATE_FILE, state)
 
 
 def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
@@ -247,13 +247,13 @@ def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
     job, bad = _unpacked_job(run_dir)
     if bad:
         return {"ok": False, "error": bad}
-    state = _read_json(run_dir / STATE_FILE)
+    state = read_json(run_dir / STATE_FILE)
     if state.get("state") in (contract.RUNNING, contract.STARTING) and _supervisor_alive(state):
         return {"ok": True, "changed": False, **state}
     for name in (STATE_FILE, contract.RC_FILE, contract.PID_FILE, contract.STOP_FILE):
         with contextlib.suppress(FileNotFoundError):
             (run_dir / name).unlink()
-    _write_json(run_dir / STATE_FILE, {"state": contract.STARTING, "started_at": _now()})
+    write_json(run_dir / STATE_FILE, {"state": contract.STARTING, "started_at": _now()})
     pid = os.fork()
     if pid == 0:  # first child: new session, fork again so the supervisor is no session leader
         os.setsid()
@@ -269,7 +269,7 @@ def cmd_start(run_dir: Path, grace: float, wait: float) -> dict[str, Any]:
     os.waitpid(pid, 0)
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        state = _read_json(run_dir / STATE_FILE)
+        state = read_json(run_dir / STATE_FILE)
         if state.get("state") not in (None, contract.STARTING):
             break
         time.sleep(0.05)
