@@ -10,6 +10,8 @@ import os
 import re
 from pathlib import Path
 
+from .hf_cache import repo_folder, snapshot_folder
+
 # the Trainer writes trainer_state.json after the weights, optimizer, scheduler and RNG states of a
 # checkpoint: a checkpoint-N folder without it was cut short (a stop while saving) and cannot be resumed from
 COMPLETE_MARKER = "trainer_state.json"
@@ -77,28 +79,15 @@ def _dataset_gaps(folder: Path, names: list[str]) -> list[str]:
     return gaps
 
 
-def hf_hub_cache(cache: object = None) -> Path:
-    """The node's Hugging Face hub cache as the trainer finds it: the job's (``cache``), ``$HF_HUB_CACHE``,
-    ``$HF_HOME/hub`` or the default."""
-    if isinstance(cache, str) and cache:
-        return Path(cache)
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-    return Path(home) / "hub"
-
-
 def hub_snapshot(repo: str, cache: object = None, revision: str = "main") -> tuple[Path | None, str]:
     """The complete snapshot of ``repo`` the node's cache holds for ``revision`` (what transformers opens with
     HF_HUB_OFFLINE=1), or None and why not: no repo folder, no ref, no snapshot, a download left unfinished
     (``blobs/*.incomplete``) or a file whose blob is gone."""
-    root = hf_hub_cache(cache) / f"models--{repo.replace('/', '--')}"
+    root = repo_folder(repo, cache)
     offline = "the nodes run offline (HF_HUB_OFFLINE=1): stage it (stage.model in the job spec)"
     if not root.is_dir():
         return None, f"not staged and not in this node's Hugging Face cache ({root} missing); {offline}"
-    ref = root / "refs" / revision
-    commit = ref.read_text().strip() if ref.is_file() else revision
-    snap = root / "snapshots" / commit
+    snap = snapshot_folder(root, revision)
     if not snap.is_dir():
         return None, f"no snapshot of {revision} in {root}; {offline}"
     unfinished = sorted(p.name for p in (root / "blobs").glob("*.incomplete"))

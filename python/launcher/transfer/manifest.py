@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.exceptions import ConfigurationError
+from launcher.node import hf_cache
 from launcher.node import stage as mift_stage
 
 if TYPE_CHECKING:
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
 
 PROGRESS_EVERY_S = 2.0
-HF_HUB_DIR = "hub"
 
 
 def files(n: int) -> str:
@@ -52,23 +51,13 @@ class StageItem:
         return f"stage.{self.key}.{self.kind}"
 
 
-def hf_hub_cache() -> Path:
-    """The controller's Hugging Face hub cache: ``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or the default."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or str(Path.home() / ".cache" / "huggingface")
-    return Path(home) / HF_HUB_DIR
-
-
 def hf_snapshot(repo: str, revision: str | None) -> tuple[Path | None, str]:
     """Return a repo's snapshot folder of ``revision`` (a ref or a commit) in the hub cache, or None, why."""
     rev = revision or "main"
-    root = hf_hub_cache() / f"models--{repo.replace('/', '--')}"
+    root = hf_cache.repo_folder(repo)
     if not root.is_dir():
         return None, f"{repo}: not in the Hugging Face cache {root.parent} (no {root.name})"
-    ref = root / "refs" / rev
-    commit = ref.read_text().strip() if ref.is_file() else rev
-    snap = root / "snapshots" / commit
+    snap = hf_cache.snapshot_folder(root, rev)
     if not snap.is_dir():
         return (
             None,
