@@ -92,10 +92,9 @@ def _facts(path: Path | None) -> dict[str, Any]:
 def cluster_from(args: argparse.Namespace, job: LoadedJob) -> PlannedCluster:
     """The cluster `run` would use (:mod:`launcher.commands.plan_cluster`): flags, job spec, facts, inventory,
     preset, each value with its source."""
-    from launcher.commands.plan_cluster import plan_cluster  # noqa: PLC0415
-    from launcher.preflight.torch_answers import TorchAnswers  # noqa: PLC0415
+    from launcher.commands.plan_cluster import plan_cluster, torch_answers  # noqa: PLC0415
 
-    answers = TorchAnswers()
+    entries, answers_path = torch_answers()
     inventory = args.inventory.resolve() if args.inventory else None
     return plan_cluster(
         hosts=job.spec.hosts,
@@ -108,8 +107,8 @@ def cluster_from(args: argparse.Namespace, job: LoadedJob) -> PlannedCluster:
         gpu_mem_flag=args.gpu_mem_gib,
         host_mem_flag=args.host_mem_gib,
         nproc_per_node=job.spec.nproc_per_node,
-        answers=answers.entries,
-        answers_path=str(answers.path),
+        answers=entries,
+        answers_path=answers_path,
     )
 
 

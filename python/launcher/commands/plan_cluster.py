@@ -123,6 +123,15 @@ def held_gpus(hosts: tuple[str, ...], answers: Mapping[str, Mapping[str, Any]]) 
     return (min(counts), min(sizes)) if counts else None
 
 
+def torch_answers() -> tuple[dict[str, Any], str]:
+    """The torch answers the controller keeps per node (preflight's, launcher.preflight.torch_answers) and
+    their file: where GPU counts and memory of provisioned nodes come from."""
+    from launcher.preflight.torch_answers import TorchAnswers  # noqa: PLC0415
+
+    answers = TorchAnswers()
+    return answers.entries, str(answers.path)
+
+
 def plan_cluster(
     *,
     hosts: str | list[str],

@@ -27,17 +27,22 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import yaml
 
+from launcher.engine.plan import require_liger
 from launcher.exceptions import LauncherError
 from launcher.exit_codes import OK
 from launcher.planning.candidate import ProbeMeasure
 from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.probe import steady_tokens_per_s
-from launcher.preflight.checks import PreflightOnce
+from launcher.preflight.checks import PreflightOnce, facts_of_host
 from launcher.rundir.metrics import read_jsonl
 from launcher.rundir.runs import RunRecord, exit_code_of, runs_root
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from launcher.planning.candidate import Candidate
+    from launcher.planning.training import TrainingPlan
+    from launcher.preflight.checks import NodeFacts
     from launcher.rundir.runs import RunDir
     from launcher.validation.job import LoadedJob
 
@@ -163,3 +168,32 @@ def probe_workdir(name: str) -> Path:
     path = runs_root() / "probes" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6}"
     path.mkdir(parents=True, exist_ok=False)
     return path
+
+
+def probe_before_run(  # noqa: PLR0917 - the run's step, as run_job calls it
+    job: LoadedJob,
+    facts: NodeFacts,
+    inventory: Path | None,
+    run: RunDir,
+    out: IO[str],
+    run_job: Callable[..., RunDir],
+) -> TrainingPlan:
+    """``plan: probe``: plan as ``auto``, run the best candidates for a few steps on the first node, pick by
+    measurement (:mod:`launcher.planning.probe`); the probe runs are runs of their own, named
+    ``<name>-probe<i>``. ``run_job``: :func:`launcher.engine.run.run_job`, which runs each probe run.
+    """
+    from launcher.engine.split import auto_plan  # noqa: PLC0415
+    from launcher.planning.probe import run_probe  # noqa: PLC0415
+
+    if job.spec.plan_liger:  # before the probe's minutes: its candidates would all fail at start
+        require_liger(facts, "plan_liger: true lets the plan switch liger kernels on")
+    training = auto_plan(job, dict(job.train.data), facts)
+    run.set_status("probing")
+    workdir = run.path / "probe"
+    prober = LauncherProber(job, facts.master, inventory, workdir, out, run_job)
+    prober.preflight = PreflightOnce(facts_of_host(facts, facts.master))  # checked a moment ago
+    probed = run_probe(training, prober, clock=time.monotonic)
+    assert probed.probe is not None
+    print(probed.probe.reason(), file=out, flush=True)
+    run.set_status("preflight")
+    return probed

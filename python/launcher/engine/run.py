@@ -22,14 +22,13 @@ from launcher.engine.load import checkpoints_of, load_for_run, refuse, required_
 from launcher.engine.plan import (
     ResumeFrom,
     build_plan,
-    require_liger,
     validate_plan,
     with_tokenized_path,
 )
 from launcher.engine.signals import interrupt_guard
 from launcher.engine.stage import stage_for_run
 from launcher.exceptions import JobFailedError, LauncherError
-from launcher.preflight.checks import PreflightOnce, facts_of_host, run_preflight
+from launcher.preflight.checks import PreflightOnce, run_preflight
 from launcher.rundir.runs import new_run_id
 from launcher.spec.inventory import spare_hosts
 
@@ -87,7 +86,7 @@ def run_job(
                 )
                 if preflight_once is not None:
                     preflight_once.keep(facts)
-            training = probe_before_run(job, facts, inv, run, out) if spec.plan == "probe" else None
+            training = _probe(job, facts, inv, run, out) if spec.plan == "probe" else None
             plan = build_plan(job, facts, run_id, resume, training)
             refuse(validate_plan(plan))
         except LauncherError as err:
@@ -129,26 +128,10 @@ def ended_before_start(run: RunDir, state: str, err: LauncherError) -> None:
     run.set_status(state, str(err))
 
 
-def probe_before_run(
+def _probe(
     job: LoadedJob, facts: NodeFacts, inventory: Path | None, run: RunDir, out: IO[str]
 ) -> TrainingPlan:
-    """``plan: probe``: plan as ``auto``, run the best candidates for a few steps on the first node, pick by
-    measurement (:mod:`launcher.planning.probe`); the probe runs are runs of their own, named
-    ``<name>-probe<i>``.
-    """
-    from launcher.engine.probe import LauncherProber  # noqa: PLC0415 - only for plan: probe
-    from launcher.engine.split import auto_plan  # noqa: PLC0415
-    from launcher.planning.probe import run_probe  # noqa: PLC0415
+    """``plan: probe`` (:func:`launcher.engine.probe.probe_before_run`, imported only for it)."""
+    from launcher.engine.probe import probe_before_run  # noqa: PLC0415 - only for plan: probe
 
-    if job.spec.plan_liger:  # before the probe's minutes: its candidates would all fail at start
-        require_liger(facts, "plan_liger: true lets the plan switch liger kernels on")
-    training = auto_plan(job, dict(job.train.data), facts)
-    run.set_status("probing")
-    workdir = run.path / "probe"
-    prober = LauncherProber(job, facts.master, inventory, workdir, out, run_job)
-    prober.preflight = PreflightOnce(facts_of_host(facts, facts.master))  # checked a moment ago
-    probed = run_probe(training, prober, clock=time.monotonic)
-    assert probed.probe is not None
-    print(probed.probe.reason(), file=out, flush=True)
-    run.set_status("preflight")
-    return probed
+    return probe_before_run(job, facts, inventory, run, out, run_job)
