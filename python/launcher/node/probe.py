@@ -220,12 +220,13 @@ _SLOW_TOKENIZER_FILES = (
 
 def tokenizer_check(venv: Path, model: Path, trust_remote_code: bool) -> dict[str, Any] | None:
     """Load the tokenizer in ``model`` with the venv's transformers (None: no such folder, reported as missing
-    elsewhere). A folder with only ``tokenizer.json`` (read by the tokenizers library alone) is not loaded:
-    importing transformers costs seconds of CPU on every preflight."""
+    elsewhere). Only a tokenizer that needs more than the `tokenizers` library (a sentencepiece or tiktoken
+    file) or remote code is loaded: that is where a missing package shows; a folder with ``tokenizer.json``
+    alone, or no tokenizer file, is not (importing transformers costs seconds of CPU on every preflight)."""
     if not model.is_dir():
         return None
     slow = [p.name for pat in _SLOW_TOKENIZER_FILES for p in model.glob(pat)]
-    if (model / "tokenizer.json").is_file() and not slow and not trust_remote_code:
+    if not slow and not trust_remote_code:
         return {"ok": True, "loaded": False, "model": str(model)}
     python = venv / "bin" / "python"
     env = {
