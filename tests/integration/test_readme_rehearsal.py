@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from mift_testsupport import proc
 from mift_testsupport.fixtures import rig_ready_or_skip
 from mift_testsupport.hub_testdouble import HubState, Repo, serving
 from mift_testsupport.image import SYSTEMD, provisioned_rig
@@ -195,15 +196,7 @@ def test_readme_real_cluster_lines_run_as_written(rig: Rig, tmp_path: Path) -> N
                 cpu_job(copy)
                 log.append(f"(the stand-in's CPU settings: job spec {CPU_JOB}, training YAML {CPU_TRAIN})")
             t0 = time.monotonic()
-            done = subprocess.run(
-                ["bash", "-c", command],
-                cwd=copy,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=3000,
-                check=False,
-            )
+            done = proc.run(["bash", "-c", command], env=env, cwd=copy, timeout=3000, check=False, stdin=None)
             took = time.monotonic() - t0
             output = (done.stdout + done.stderr).rstrip()
             shown = output if len(output) < 6000 else output[:1500] + "\n[...]\n" + output[-3500:]

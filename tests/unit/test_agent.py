@@ -12,20 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+from node_agent import agent_json, wait_state
 
 from launcher.node import common as node_common
 from launcher.node import supervise as node_supervise
-from launcher.transfer import nodeprogram
 
-AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 FAKE = Path(__file__).with_name("fake_trainer.py")
-
-
-def agent(*args: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, str(AGENT), "agent", *args], check=False, capture_output=True, text=True, timeout=60
-    )
-    return json.loads(out.stdout)
 
 
 def make_run(tmp_path: Path, run_id: str, *trainer_args: str) -> Path:
@@ -45,23 +37,13 @@ def make_run(tmp_path: Path, run_id: str, *trainer_args: str) -> Path:
     return run_dir
 
 
-def wait_state(run_dir: Path, states: set[str], timeout: float = 30) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = agent("status", str(run_dir))
-        if st["state"] in states:
-            return st
-        time.sleep(0.2)
-    raise AssertionError(f"state never in {states}: {st}")
-
-
 def marked(run_dir: Path) -> list[int]:
     return node_common.marked_pids(node_common.agent_key(run_dir.name, run_dir.resolve()))
 
 
 def test_start_runs_to_success_and_reports_last_step(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, "t-ok", "--steps", "4", "--step-s", "0.1")
-    started = agent("start", str(run_dir))
+    started = agent_json("start", str(run_dir))
     assert started["ok"] and started["changed"] and started["pid"]
     st = wait_state(run_dir, {"finished", "failed"})
     assert st["state"] == "finished" and st["rc"] == 0
@@ -84,14 +66,14 @@ def test_env_reaches_trainer_as_data(tmp_path: Path) -> None:
         "argv": [sys.executable, "-c", "import os; print('WEIRD=' + os.environ['WEIRD'])"],
     }
     (run_dir / "job.json").write_text(json.dumps(job))
-    agent("start", str(run_dir))
+    agent_json("start", str(run_dir))
     wait_state(run_dir, {"finished"})
     assert "WEIRD=a b; $(rm -rf /) 'q'" in (run_dir / "trainer.log").read_text()
 
 
 def test_failing_trainer_is_failed_and_leaves_no_process(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, "t-fail", "--steps", "5", "--step-s", "0.1", "--fail-at", "2")
-    agent("start", str(run_dir))
+    agent_json("start", str(run_dir))
     st = wait_state(run_dir, {"failed", "finished"})
     assert st["state"] == "failed" and st["rc"] == 3
     assert st["outputs_complete"] is False
@@ -99,7 +81,7 @@ def test_failing_trainer_is_failed_and_leaves_no_process(tmp_path: Path) -> None
 
 def test_killed_trainer_sweeps_detached_workers(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, "t-kill", "--steps", "100", "--step-s", "0.2")
-    started = agent("start", str(run_dir), "--grace", "2")
+    started = agent_json("start", str(run_dir), "--grace", "2")
     time.sleep(1.0)
     assert len(marked(run_dir)) == 2  # trainer + its worker in its own session
     os.kill(started["pid"], signal.SIGKILL)  # the worker is orphaned, like torchrun's ranks
@@ -110,13 +92,13 @@ def test_killed_trainer_sweeps_detached_workers(tmp_path: Path) -> None:
 
 def test_stop_is_idempotent_and_marks_stopped(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, "t-stop", "--steps", "100", "--step-s", "0.2")
-    agent("start", str(run_dir))
+    agent_json("start", str(run_dir))
     wait_state(run_dir, {"running"})
     time.sleep(0.5)
-    first = agent("stop", str(run_dir), "--grace", "2")
+    first = agent_json("stop", str(run_dir), "--grace", "2")
     assert first["ok"] and first["changed"] and first["left"] == []
-    assert agent("status", str(run_dir))["state"] == "stopped"
-    second = agent("stop", str(run_dir))
+    assert agent_json("status", str(run_dir))["state"] == "stopped"
+    second = agent_json("stop", str(run_dir))
     assert second["ok"] and not second["changed"]
     assert marked(run_dir) == []
 
@@ -132,7 +114,7 @@ def test_a_reused_pid_is_not_the_trainer(tmp_path: Path, command: str) -> None:
         (run_dir / "state.json").write_text(
             json.dumps({"state": "running", "pid": other.pid, "supervisor_pid": 999998})
         )
-        result = agent(command, str(run_dir), *(["--grace", "1"] if command == "stop" else []))
+        result = agent_json(command, str(run_dir), *(["--grace", "1"] if command == "stop" else []))
         assert result["state"] == ("vanished" if command == "status" else "stopped")
         if command == "stop":
             assert not result["changed"]
@@ -157,7 +139,7 @@ def test_a_reused_supervisor_pid_is_not_the_supervisor(tmp_path: Path) -> None:
             "started_at": time.time(),
         }
         (run_dir / "state.json").write_text(json.dumps(state))
-        assert agent("status", str(run_dir))["state"] == "vanished"
+        assert agent_json("status", str(run_dir))["state"] == "vanished"
         assert other.poll() is None
     finally:
         other.kill()
@@ -167,17 +149,17 @@ def test_a_reused_supervisor_pid_is_not_the_supervisor(tmp_path: Path) -> None:
 def test_the_supervisor_records_who_it_is(tmp_path: Path) -> None:
     """The state file of a started run names the supervisor by pid and by identity (boot id, start time)."""
     run_dir = make_run(tmp_path, "t-supervisor-id")
-    agent("start", str(run_dir))
+    agent_json("start", str(run_dir))
     try:
         state = json.loads((run_dir / "state.json").read_text())
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         assert str(state.get("supervisor_id", "")).startswith(boot + ":"), state
     finally:
-        agent("stop", str(run_dir), "--grace", "1")
+        agent_json("stop", str(run_dir), "--grace", "1")
 
 
 def test_status_of_missing_run_dir(tmp_path: Path) -> None:
-    assert agent("status", str(tmp_path / "nope"))["state"] == "absent"
+    assert agent_json("status", str(tmp_path / "nope"))["state"] == "absent"
 
 
 @pytest.mark.parametrize("command", ["status", "stop"])
@@ -186,7 +168,7 @@ def test_vanished_supervisor_and_trainer(tmp_path: Path, command: str) -> None:
     (run_dir / "state.json").write_text(
         json.dumps({"state": "running", "pid": 999999, "supervisor_pid": 999998})
     )
-    result = agent(command, str(run_dir))
+    result = agent_json(command, str(run_dir))
     assert result["state"] == ("vanished" if command == "status" else "stopped")
 
 
@@ -203,12 +185,12 @@ def test_start_unpacks_the_bundle_with_private_modes(tmp_path: Path) -> None:
     }
     bundle = {"files": {"train.yaml": "a: 1\n", "../escape.txt": "x"}, "job": job, "env": {"HF_TOKEN": "t"}}
     (run_dir / "bundle.json").write_text(json.dumps(bundle))
-    refused = agent("start", str(run_dir))  # mift_contract: plain file names only
+    refused = agent_json("start", str(run_dir))  # mift_contract: plain file names only
     assert not refused["ok"] and "plain file names only" in refused["error"]
     assert not (tmp_path / "escape.txt").exists() and not (run_dir / "escape.txt").exists()
     del bundle["files"]["../escape.txt"]
     (run_dir / "bundle.json").write_text(json.dumps(bundle))
-    assert agent("start", str(run_dir))["ok"]
+    assert agent_json("start", str(run_dir))["ok"]
     assert not (run_dir / "bundle.json").exists()
     for name in ("train.yaml", "env.json", "job.json"):
         assert (run_dir / name).stat().st_mode & 0o777 == 0o600
@@ -221,7 +203,7 @@ def test_a_restart_judges_only_its_own_log(tmp_path: Path) -> None:
     run_dir = make_run(tmp_path, "t-restart", "--steps", "2", "--step-s", "0.1")
     killed = "  traceback : Signal 9 (SIGKILL) received by PID 4242\n"
     (run_dir / "trainer.log").write_text("step 1\n" + killed)
-    agent("start", str(run_dir))
+    agent_json("start", str(run_dir))
     st = wait_state(run_dir, {"finished", "failed"})
     assert st["state"] == "finished", st
     assert st["failure_lines"] == [], st["failure_lines"]

@@ -13,7 +13,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from test_agent import agent, make_run, marked, wait_state
+from node_agent import agent_json, wait_state
+from test_agent import make_run, marked
 
 from launcher.node import collect as node_collect
 from launcher.node import stop as node_stop
@@ -63,7 +64,7 @@ def test_poking_the_flight_recorder_writes_into_each_rank_pipe(tmp_path: Path) -
 def _rank_run(tmp_path: Path, run_id: str) -> Path:
     run_dir = make_run(tmp_path, run_id, "--steps", "1000", "--step-s", "0.2")
     (run_dir / "env.json").write_text(json.dumps({"RANK": "1", "LOCAL_RANK": "0"}))
-    agent("start", str(run_dir))
+    agent_json("start", str(run_dir))
     wait_state(run_dir, {"running"})
     return run_dir
 
@@ -74,12 +75,12 @@ def test_status_reports_the_state_of_every_rank(tmp_path: Path) -> None:
         time.sleep(0.5)
         worker = max(marked(run_dir))
         os.kill(worker, signal.SIGSTOP)
-        ranks = agent("status", str(run_dir))["watch"]["ranks"]
+        ranks = agent_json("status", str(run_dir))["watch"]["ranks"]
         states = {r["pid"]: r["state"] for r in ranks}
         assert states[worker] == "T"
         assert {r["rank"] for r in ranks} == {"1"}
     finally:
-        agent("stop", str(run_dir), "--grace", "1")
+        agent_json("stop", str(run_dir), "--grace", "1")
 
 
 def test_stop_with_dump_writes_the_stacks_of_a_stopped_process_then_stops_it(tmp_path: Path) -> None:
@@ -87,7 +88,7 @@ def test_stop_with_dump_writes_the_stacks_of_a_stopped_process_then_stops_it(tmp
     time.sleep(0.5)
     worker = max(marked(run_dir))
     os.kill(worker, signal.SIGSTOP)  # a rank stuck for good: nothing in it answers a signal
-    stopped = agent("stop", str(run_dir), "--grace", "1", "--dump-stacks")
+    stopped = agent_json("stop", str(run_dir), "--grace", "1", "--dump-stacks")
     assert stopped["ok"] and stopped["left"] == [] and marked(run_dir) == []
     assert f"stack-rank1-{worker}.txt" in stopped["stacks"]
     text = (run_dir / f"stack-rank1-{worker}.txt").read_text()
@@ -97,14 +98,14 @@ def test_stop_with_dump_writes_the_stacks_of_a_stopped_process_then_stops_it(tmp
         assert "py-spy dump --nonblocking (rc 0)" in text and "main (fake_trainer.py:" in text, text
     else:
         assert "py-spy: not installed in the node venv nor on PATH" in text, text
-    archive = Path(agent("collect", str(run_dir))["archive"])
+    archive = Path(agent_json("collect", str(run_dir))["archive"])
     with tarfile.open(archive) as tar:
         assert f"stack-rank1-{worker}.txt" in tar.getnames()
 
 
 def test_a_plain_stop_writes_no_stacks(tmp_path: Path) -> None:
     run_dir = _rank_run(tmp_path, "w-plain")
-    stopped = agent("stop", str(run_dir), "--grace", "1")
+    stopped = agent_json("stop", str(run_dir), "--grace", "1")
     assert stopped["ok"] and "stacks" not in stopped
     assert list(run_dir.glob("stack-*")) == []
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -27,6 +26,7 @@ from launcher.backends import runner as runner_module
 from launcher.backends.runner import PlaybookResult
 from launcher.main import cli
 from launcher.spec.repo import PLAYBOOK_DIR
+from mift_testsupport import proc
 from mift_testsupport.cli import RunnerMustNotBeCalled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -256,15 +256,8 @@ def test_playbooks_hand_results_back_as_data_not_task_names():
 
 
 def _imports_after(code: str, env: dict[str, str]) -> set[str]:
-    out = subprocess.run(
-        [sys.executable, "-c", f"{code}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=300,
-        check=False,
-    )
+    script = f"{code}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"
+    out = proc.run([sys.executable, "-c", script], env=env, cwd=REPO, timeout=300, check=False, stdin=None)
     assert out.stdout.strip(), out.stderr[-2000:]
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 

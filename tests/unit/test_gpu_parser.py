@@ -33,6 +33,11 @@ VRAM_ONLY = p.Expectation(arch=None, products=None, partition=None)
 NO_PARTITION = p.Expectation(partition=None)  # captures that carry no partition mode and no CU count
 
 
+def gpus(count: int) -> p.Expectation:
+    """The default expectation (FULL) for a node of ``count`` GPUs."""
+    return p.Expectation(count=count)
+
+
 def load(rel: str) -> list[p.Gpu]:
     tool = rel.split("/", 1)[0]
     return p.merge(PARSERS[tool]((FIXTURES / rel).read_text(encoding="utf-8")))
@@ -85,32 +90,24 @@ NEGATIVE_CAPTURES: list[tuple[str, p.Expectation, str]] = [
     ),
     (
         "rocminfo/EDGE_mi300x_gfx941_prerelease_rocminfo-docs-example.txt",
-        p.Expectation(count=1),
+        gpus(1),
         "GPU 0: arch gfx941 (AMD Instinct MI300X), expected gfx942",
     ),
-    ("rocminfo/NEG_mi300x_vf_x4_azure_rccl_issue1728.txt", p.Expectation(count=4), "VF not allowed"),
-    ("rocminfo/mi300x_vf_x1_rocm_issue5265.txt", p.Expectation(count=1), "VF not allowed"),
-    (
-        "rocminfo/mi300x_cpx_partial_2agents_rocm_issue4750.txt",
-        p.Expectation(count=2),
-        "GPU 0: partition CPX, expected SPX",
-    ),
+    ("rocminfo/NEG_mi300x_vf_x4_azure_rccl_issue1728.txt", gpus(4), "VF not allowed"),
+    ("rocminfo/mi300x_vf_x1_rocm_issue5265.txt", gpus(1), "VF not allowed"),
+    ("rocminfo/mi300x_cpx_partial_2agents_rocm_issue4750.txt", gpus(2), "GPU 0: partition CPX, expected SPX"),
     ("rocm-smi/mi300x_cpx_nps1_63part_issue4750_concise_and_vram.txt", FULL, "GPU count 63, expected 8"),
     ("rocm-smi/mi300x_cpx_nps4_63part_issue4750_concise_and_vram.txt", FULL, "partition CPX, expected SPX"),
-    ("rocm-smi/mi300x_qpx_1gpu_issue4750_concise.txt", p.Expectation(count=4), "partition QPX, expected SPX"),
-    (
-        "rocm-smi/mi300x_qpx_1gpu_issue4750_showmeminfo_vram.txt",
-        p.Expectation(count=1),
-        "GPU count 4, expected 1",
-    ),
-    ("rocm-smi/mi300a_spx_x1_issue4750_concise.txt", p.Expectation(count=1), "product AMD Instinct MI300A"),
-    ("rocm-smi/mi300a_spx_x1_issue4750_rocm-smi-i.txt", p.Expectation(count=1), "expected one of MI300X"),
+    ("rocm-smi/mi300x_qpx_1gpu_issue4750_concise.txt", gpus(4), "partition QPX, expected SPX"),
+    ("rocm-smi/mi300x_qpx_1gpu_issue4750_showmeminfo_vram.txt", gpus(1), "GPU count 4, expected 1"),
+    ("rocm-smi/mi300a_spx_x1_issue4750_concise.txt", gpus(1), "product AMD Instinct MI300A"),
+    ("rocm-smi/mi300a_spx_x1_issue4750_rocm-smi-i.txt", gpus(1), "expected one of MI300X"),
     (
         "rocm-smi/mi300a_spx_x1_issue4750_showmeminfo_vram.txt",
         p.Expectation(count=1, arch=None, products=None),
         "VRAM 93.82 GiB, expected at least 190.0 GiB",
     ),
-    ("rocm-smi/mi300a_tpx_issue4750_concise.txt", p.Expectation(count=3), "partition TPX, expected SPX"),
+    ("rocm-smi/mi300a_tpx_issue4750_concise.txt", gpus(3), "partition TPX, expected SPX"),
     (
         "rocm-smi/mi300a_tpx_issue4750_showmeminfo_vram.txt",
         p.Expectation(count=3, arch=None, products=None),
@@ -123,20 +120,16 @@ NEGATIVE_CAPTURES: list[tuple[str, p.Expectation, str]] = [
     ),
     ("rocm-smi/NEG_mi210_x1_rocmblogs_chatglm_showproductname.txt", FULL, "arch gfx90a"),
     ("rocm-smi/NEG_mi250_x2_rocmblogs_llama2-lora_showproductname.txt", FULL, "arch gfx90a"),
-    ("amd-smi/NEG_mi210_x2_amdsmi-issue38_static-asic.txt", p.Expectation(count=2), "arch gfx90a"),
-    ("amd-smi/NEG_mi300a_x4_amdsmi-readme_static.txt", p.Expectation(count=4), "product AMD Instinct MI300A"),
-    (
-        "amd-smi/NEG_mi308x_amdsmi-changelog_static-asic.txt",
-        p.Expectation(count=1),
-        "product AMD Instinct MI308X",
-    ),
+    ("amd-smi/NEG_mi210_x2_amdsmi-issue38_static-asic.txt", gpus(2), "arch gfx90a"),
+    ("amd-smi/NEG_mi300a_x4_amdsmi-readme_static.txt", gpus(4), "product AMD Instinct MI300A"),
+    ("amd-smi/NEG_mi308x_amdsmi-changelog_static-asic.txt", gpus(1), "product AMD Instinct MI308X"),
     (
         "amd-smi/NEG_mi308x_x2_amdsmi-changelog_list.txt",
-        p.Expectation(count=2),
+        gpus(2),
         "arch unknown (unknown product), expected gfx942",
     ),
-    ("amd-smi/NEG_mi300x_vf_x1_guest_amd-smi_default.txt", p.Expectation(count=1), "VF not allowed"),
-    ("amd-smi/NEG_mi300x_vf_x1_guest_amd-smi_list.txt", p.Expectation(count=1), "VF not allowed"),
+    ("amd-smi/NEG_mi300x_vf_x1_guest_amd-smi_default.txt", gpus(1), "VF not allowed"),
+    ("amd-smi/NEG_mi300x_vf_x1_guest_amd-smi_list.txt", gpus(1), "VF not allowed"),
 ]
 
 # Files that are not device listings (no per-GPU identity): parsed to an empty list, never "accepted".

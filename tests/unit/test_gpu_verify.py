@@ -89,6 +89,20 @@ _CAUSE_HSA = (
 )
 _KFD_ERRORS = "rocm7/errors/rocminfo_kfd-invalid-argument_"
 
+
+def _rocminfo_cut_short(name: str, capture: str, agents: int) -> Node:
+    """A node whose rocminfo output (``capture``) ends after ``agents`` GPU agents, with no closing line."""
+    return Node(
+        name,
+        [run("rocminfo", capture)],
+        lines=[
+            f"host1: rocminfo exited 0 but its output does not parse (rocminfo): cut short: the output ends after "
+            f"{agents} GPU agents without rocminfo's closing '*** Done ***' line "
+            + _CAUSE_PARSE.format(cmd="rocminfo")
+        ],
+    )
+
+
 NODES: list[Node] = [
     Node(
         "8x MI300X, ROCm 7 tools agree",
@@ -317,21 +331,15 @@ NODES: list[Node] = [
             "host1: GPU 2-7: same arch failure (6 more GPUs)",
         ],
     ),
-    Node(
+    _rocminfo_cut_short(
         "MI250X flattened paste served as rocminfo output",
-        [run("rocminfo", "rocminfo/NEG_mi250x_x8gcd_flattened_rccl_issue1490.txt")],
-        lines=[
-            "host1: rocminfo exited 0 but its output does not parse (rocminfo): cut short: the output ends after 8 "
-            "GPU agents without rocminfo's closing '*** Done ***' line " + _CAUSE_PARSE.format(cmd="rocminfo")
-        ],
+        "rocminfo/NEG_mi250x_x8gcd_flattened_rccl_issue1490.txt",
+        agents=8,
     ),
-    Node(
+    _rocminfo_cut_short(
         "MI300X CPX, rocminfo pasted partially",
-        [run("rocminfo", "rocminfo/mi300x_cpx_partial_2agents_rocm_issue4750.txt")],
-        lines=[
-            "host1: rocminfo exited 0 but its output does not parse (rocminfo): cut short: the output ends after 2 "
-            "GPU agents without rocminfo's closing '*** Done ***' line " + _CAUSE_PARSE.format(cmd="rocminfo")
-        ],
+        "rocminfo/mi300x_cpx_partial_2agents_rocm_issue4750.txt",
+        agents=2,
     ),
 ]
 
@@ -476,44 +484,29 @@ def test_product_allow_list() -> None:
 
 # Lenient parse of the ROCm 7 captures that are not whole-node outputs: (capture, GPUs, text of a failure or
 # None when a default check passes with that count).
+AMD7 = "rocm7/amd-smi"  # the folder of most ROCm 7 captures
 ROCM7_PARSED: list[tuple[str, int, str | None]] = [
-    ("rocm7/amd-smi/EDGE_default_mi300x_x1_passthrough-guest_rocm7.0.0_k8s-gpu-dra-driver-demo.txt", 1, None),
+    (f"{AMD7}/EDGE_default_mi300x_x1_passthrough-guest_rocm7.0.0_k8s-gpu-dra-driver-demo.txt", 1, None),
     (
-        "rocm7/amd-smi/EDGE_list_mi300x_x1_passthrough-guest_rocm7.0.0_k8s-gpu-dra-driver-demo.txt",
+        f"{AMD7}/EDGE_list_mi300x_x1_passthrough-guest_rocm7.0.0_k8s-gpu-dra-driver-demo.txt",
         1,
         "partition unknown",
     ),
-    (
-        "rocm7/amd-smi/NEG_EDGE_static_mi300a_docs-example_amdsmi26.5-docs.txt",
-        1,
-        "product AMD Instinct MI300A",
-    ),
-    (
-        "rocm7/amd-smi/NEG_default_mi300x-vf_x1_guest_rocm7.2.1_hipfile-docs-known-issues.txt",
-        1,
-        "VF not allowed",
-    ),
-    ("rocm7/amd-smi/NEG_list-e_mi325x-vf_2of-N-shown_device-metrics-exporter-metricsmap.txt", 2, "MI325X VF"),
-    ("rocm7/amd-smi/NEG_list_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "VF not allowed"),
-    ("rocm7/amd-smi/NEG_list_mi325x-vf_2of-N-shown_device-metrics-exporter-metricsmap.txt", 2, "MI325X VF"),
-    ("rocm7/amd-smi/NEG_metric-mem-usage_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "arch unknown"),
-    ("rocm7/amd-smi/NEG_partition-g0_mi325x-vf_device-metrics-exporter-metricsmap.txt", 0, "GPU count 0"),
-    (
-        "rocm7/amd-smi/NEG_static-g0_mi325x-vf_snipped_device-metrics-exporter-metricsmap.txt",
-        1,
-        "VF not allowed",
-    ),
-    ("rocm7/amd-smi/NEG_static-partition_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "arch unknown"),
-    ("rocm7/amd-smi/NEG_static-vram_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "arch unknown"),
-    ("rocm7/amd-smi/NEG_static_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "VF not allowed"),
-    ("rocm7/amd-smi/default_mi300x_dpx-nps1_x8-16part_rocm7.0.2_amdsmi-issue132.txt", 16, "partition DPX"),
-    ("rocm7/amd-smi/default_mi300x_x1_spx-nps1_rocm7.1.1_hipfile-docs-known-issues.txt", 1, None),
-    ("rocm7/amd-smi/default_mi300x_x8_spx-nps1_rocm7.0.0_amdsmi-changelog.txt", 8, None),
-    (
-        "rocm7/amd-smi/partition-accelerator_mi300x_dpx-nps1_x8-16part_rocm7.0.2_amdsmi-issue132.txt",
-        0,
-        "count 0",
-    ),
+    (f"{AMD7}/NEG_EDGE_static_mi300a_docs-example_amdsmi26.5-docs.txt", 1, "product AMD Instinct MI300A"),
+    (f"{AMD7}/NEG_default_mi300x-vf_x1_guest_rocm7.2.1_hipfile-docs-known-issues.txt", 1, "VF not allowed"),
+    (f"{AMD7}/NEG_list-e_mi325x-vf_2of-N-shown_device-metrics-exporter-metricsmap.txt", 2, "MI325X VF"),
+    (f"{AMD7}/NEG_list_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "VF not allowed"),
+    (f"{AMD7}/NEG_list_mi325x-vf_2of-N-shown_device-metrics-exporter-metricsmap.txt", 2, "MI325X VF"),
+    (f"{AMD7}/NEG_metric-mem-usage_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "arch unknown"),
+    (f"{AMD7}/NEG_partition-g0_mi325x-vf_device-metrics-exporter-metricsmap.txt", 0, "GPU count 0"),
+    (f"{AMD7}/NEG_static-g0_mi325x-vf_snipped_device-metrics-exporter-metricsmap.txt", 1, "VF not allowed"),
+    (f"{AMD7}/NEG_static-partition_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "arch unknown"),
+    (f"{AMD7}/NEG_static-vram_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "arch unknown"),
+    (f"{AMD7}/NEG_static_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "VF not allowed"),
+    (f"{AMD7}/default_mi300x_dpx-nps1_x8-16part_rocm7.0.2_amdsmi-issue132.txt", 16, "partition DPX"),
+    (f"{AMD7}/default_mi300x_x1_spx-nps1_rocm7.1.1_hipfile-docs-known-issues.txt", 1, None),
+    (f"{AMD7}/default_mi300x_x8_spx-nps1_rocm7.0.0_amdsmi-changelog.txt", 8, None),
+    (f"{AMD7}/partition-accelerator_mi300x_dpx-nps1_x8-16part_rocm7.0.2_amdsmi-issue132.txt", 0, "count 0"),
     ("rocm7/rocm-smi/NEG_rocm-smi-a_mi300x-vf_x2_rocm7.2.4_fleet-amd-task.txt", 2, "VF not allowed"),
     ("derived/amd-smi/static-json_mi300x_x8_partition-unknown.txt", 8, "partition unknown"),
 ]

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from launcher.transfer.staging import ssh_argv
+from mift_testsupport import proc
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory" / "example"
@@ -29,15 +30,8 @@ EXAMPLE = ROOT / "inventory" / "example"
 def _ansible_var(inventory: Path, host: str, var: str) -> str:
     ansible = Path(sys.executable).parent / "ansible"
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    out = subprocess.run(
-        [str(ansible), "-i", str(inventory), host, "-m", "ansible.builtin.debug", "-a", f"var={var}", "-o"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-        check=True,
-    )
+    argv = [str(ansible), "-i", str(inventory), host, "-m", "ansible.builtin.debug", "-a", f"var={var}", "-o"]
+    out = proc.run(argv, env=env, cwd=ROOT, timeout=120, check=True, stdin=None)
     # "mi300x-node01 | SUCCESS => {...}"
     return str(json.loads(out.stdout.split("=>", 1)[1])[var])
 

@@ -446,6 +446,12 @@ def test_losses_of_a_resumed_attempt_count_once_per_step():
 # --- the engine: attempts against a test double of the nodes -----------------------------------------------
 
 
+def _lease_taken_and_given_back(extravars: dict[str, Any]) -> dict[str, Any]:
+    """The lease playbook's reports when every node asked for (mift_hosts) is free and given back after."""
+    leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
+    return {h: {"lease": {"taken": True, "released": True}} for h in leased}
+
+
 class FlakyNodesDouble(PollStreamDouble):
     """Test double of PlaybookRunner: two healthy nodes whose first attempt fails (host2's rank SIGKILLed at
     step 6, checkpoint-4 complete on both) and whose second attempt finishes; records every playbook run."""
@@ -475,8 +481,7 @@ class FlakyNodesDouble(PollStreamDouble):
                 for h in HOSTS
             }
         elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
-            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
-            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
+            result.reports = _lease_taken_and_given_back(extravars)
         elif playbook == "launch":
             FlakyNodesDouble.launches += 1
             files = Path(extravars["mift_files_dir"])
@@ -511,14 +516,40 @@ class FlakyNodesDouble(PollStreamDouble):
     shipped: dict[str, Any]
 
 
-def test_a_failed_attempt_is_retried_from_the_last_common_checkpoint(lab, monkeypatch, capsys):  # noqa: F811
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
+def _run_flaky(
+    folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    job: Path,
+    *,
+    first_fault: str = "signal",
+    slow_cause: int = 0,
+    on_stop: Any = None,
+) -> int:
+    """`launcher run` of `job` (inventory: the lab `folder`'s hosts.ini) against a fresh FlakyNodesDouble
+    whose first attempt fails by `first_fault` (`slow_cause` polls late, `on_stop` called at each stop); the
+    double's settings are set back after."""
+    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, on_stop
+    FlakyNodesDouble.first_fault, FlakyNodesDouble.shipped_all = first_fault, []
+    FlakyNodesDouble.polls, FlakyNodesDouble.slow_cause = 0, slow_cause
     _patch_runner(monkeypatch, FlakyNodesDouble)
+    try:
+        return cli(["run", str(job), "-i", str(folder / "hosts.ini")])
+    finally:
+        FlakyNodesDouble.first_fault, FlakyNodesDouble.slow_cause = "signal", 0
+        FlakyNodesDouble.on_stop = None
+
+
+def _record(folder: Path, name: str) -> dict[str, Any]:
+    """The record.json of the run named `name` in the lab's folder."""
+    return json.loads(next((folder / "runs").glob(f"{name}-*/record.json")).read_text())
+
+
+def test_a_failed_attempt_is_retried_from_the_last_common_checkpoint(lab, monkeypatch, capsys):  # noqa: F811
     job = _job(lab, "flaky", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
-    rc = cli(["run", str(job), "-i", str(lab / "hosts.ini")])
+    rc = _run_flaky(lab, monkeypatch, job)
     out = capsys.readouterr().out
     assert rc == 0, out
-    record = json.loads(next((lab / "runs").glob("flaky-*/record.json")).read_text())
+    record = _record(lab, "flaky")
     assert record["status"] == "succeeded"
     first, second = record["attempts"]
     assert (first["state"], first["kind"], first["failed_host"], first["resume_step"]) == (
@@ -541,12 +572,10 @@ def test_a_failed_attempt_is_retried_from_the_last_common_checkpoint(lab, monkey
 
 
 def test_a_failure_not_in_retry_on_ends_the_run_with_one_attempt(lab, monkeypatch, capsys):  # noqa: F811
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
-    _patch_runner(monkeypatch, FlakyNodesDouble)
     job = _job(lab, "noretry", "plain.yaml", poll_interval_s=0.5, recovery={"retry_on": ["node_lost"]})
-    assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+    assert _run_flaky(lab, monkeypatch, job) == 1
     out = capsys.readouterr().out
-    record = json.loads(next((lab / "runs").glob("noretry-*/record.json")).read_text())
+    record = _record(lab, "noretry")
     assert record["status"] == "failed" and len(record["attempts"]) == 1
     assert "not retried: trainer_signal is not in recovery.retry_on (node_lost)" in out
     assert FlakyNodesDouble.launches == 1
@@ -564,14 +593,14 @@ def test_launcher_stop_during_the_backoff_ends_the_run(lab, monkeypatch, capsys)
     """`launcher stop` from another terminal while the run waits to retry: no next attempt."""
     from launcher.rundir.runs import list_runs  # noqa: PLC0415
 
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches = [], 0
-    FlakyNodesDouble.on_stop = lambda: list_runs()[-1].set_status("stopped", "stopped by `launcher stop`")
-    _patch_runner(monkeypatch, FlakyNodesDouble)
     job = _job(lab, "stopped", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
-    assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
+
+    def stop() -> None:
+        list_runs()[-1].set_status("stopped", "stopped by `launcher stop`")
+
+    assert _run_flaky(lab, monkeypatch, job, on_stop=stop) == 1
     assert "stopped while waiting to retry" in capsys.readouterr().out
     assert FlakyNodesDouble.launches == 1
-    FlakyNodesDouble.on_stop = None
 
 
 @pytest.mark.parametrize("late", [1, 2])
@@ -579,15 +608,9 @@ def test_the_cause_reported_polls_late_is_still_the_cause(lab, monkeypatch, caps
     """host1's rank fails first (its peer is gone), host2's SIGKILL shows one or two polls later: the engine
     polls again (up to SETTLE_POLLS) before judging: the failure is trainer_signal on host2 (retried), not
     host1's trainer_error."""
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
-    FlakyNodesDouble.polls, FlakyNodesDouble.slow_cause = 0, late
-    _patch_runner(monkeypatch, FlakyNodesDouble)
     job = _job(lab, "slow", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
-    try:
-        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 0
-    finally:
-        FlakyNodesDouble.slow_cause = 0
-    record = json.loads(next((lab / "runs").glob("slow-*/record.json")).read_text())
+    assert _run_flaky(lab, monkeypatch, job, slow_cause=late) == 0
+    record = _record(lab, "slow")
     first = record["attempts"][0]
     assert (first["kind"], first["failed_host"]) == ("trainer_signal", "host2"), first
     assert "attempt 1 failed (trainer_signal on host2): retrying" in capsys.readouterr().out
@@ -600,18 +623,12 @@ def test_the_cause_reported_polls_late_is_still_the_cause(lab, monkeypatch, caps
 def test_a_gpu_fault_or_a_stall_is_retried(lab, monkeypatch, capsys, fault, kind, host, dumped):  # noqa: F811
     """The telemetry's GPU fault and the watchdog's stall are failures the default policy retries; the stop
     after a stall dumps the stacks first, as the stop that ends a stalled run does."""
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
-    FlakyNodesDouble.first_fault = fault
-    _patch_runner(monkeypatch, FlakyNodesDouble)
     watchdog = {"first_step_s": 1, "floor_s": 1}
     job = _job(lab, fault, "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0}, watchdog=watchdog)
-    try:
-        rc = cli(["run", str(job), "-i", str(lab / "hosts.ini")])
-    finally:
-        FlakyNodesDouble.first_fault = "signal"
+    rc = _run_flaky(lab, monkeypatch, job, first_fault=fault)
     out = capsys.readouterr().out
     assert rc == 0, out
-    record = json.loads(next((lab / "runs").glob(f"{fault}-*/record.json")).read_text())
+    record = _record(lab, fault)
     first, second = record["attempts"]
     assert (first["kind"], first["failed_host"] or "") == (kind, host), first
     assert first["state"] == ("stalled" if fault == "stall" else "failed")
@@ -621,9 +638,6 @@ def test_a_gpu_fault_or_a_stall_is_retried(lab, monkeypatch, capsys, fault, kind
 
 
 def test_a_stall_not_retried_ends_the_run_stalled(lab, monkeypatch, capsys):  # noqa: F811
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
-    FlakyNodesDouble.first_fault = "stall"
-    _patch_runner(monkeypatch, FlakyNodesDouble)
     watchdog = {"first_step_s": 1, "floor_s": 1}
     job = _job(
         lab,
@@ -633,12 +647,9 @@ def test_a_stall_not_retried_ends_the_run_stalled(lab, monkeypatch, capsys):  # 
         recovery={"retry_on": ["node_lost"]},
         watchdog=watchdog,
     )
-    try:
-        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
-    finally:
-        FlakyNodesDouble.first_fault = "signal"
+    assert _run_flaky(lab, monkeypatch, job, first_fault="stall") == 1
     out = capsys.readouterr().out
-    record = json.loads(next((lab / "runs").glob("stuck-*/record.json")).read_text())
+    record = _record(lab, "stuck")
     assert record["status"] == "stalled" and len(record["attempts"]) == 1, record["attempts"]
     assert "not retried: stall is not in recovery.retry_on (node_lost)" in out
     assert FlakyNodesDouble.launches == 1
@@ -677,18 +688,12 @@ def test_out_of_memory_under_plan_auto_ships_a_smaller_plan_at_the_same_global_b
     monkeypatch,
     capsys,
 ):
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
-    FlakyNodesDouble.first_fault, FlakyNodesDouble.shipped_all = "oom", []
-    _patch_runner(monkeypatch, FlakyNodesDouble)
     job = _auto_job(lab, "oomauto", poll_interval_s=0.5, recovery={"backoff_s": 0})
-    try:
-        rc = cli(["run", str(job), "-i", str(lab / "hosts.ini")])
-    finally:
-        FlakyNodesDouble.first_fault = "signal"
+    rc = _run_flaky(lab, monkeypatch, job, first_fault="oom")
     out = capsys.readouterr().out
     print(out)
     assert rc == 0, out
-    record = json.loads(next((lab / "runs").glob("oomauto-*/record.json")).read_text())
+    record = _record(lab, "oomauto")
     first, second = record["attempts"]
     assert (first["state"], first["kind"], first["failed_host"]) == ("failed", "oom", "host1")
     assert first["decision"].startswith("re-planning: out of memory under plan: auto")
@@ -713,16 +718,10 @@ def test_out_of_memory_under_plan_auto_ships_a_smaller_plan_at_the_same_global_b
 
 
 def test_out_of_memory_with_a_fixed_plan_ends_the_run_with_one_attempt(lab, monkeypatch, capsys):  # noqa: F811
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
-    FlakyNodesDouble.first_fault = "oom"
-    _patch_runner(monkeypatch, FlakyNodesDouble)
     job = _job(lab, "oomfixed", "plain.yaml", poll_interval_s=0.5, recovery={"backoff_s": 0})
-    try:
-        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
-    finally:
-        FlakyNodesDouble.first_fault = "signal"
+    assert _run_flaky(lab, monkeypatch, job, first_fault="oom") == 1
     out = capsys.readouterr().out
-    record = json.loads(next((lab / "runs").glob("oomfixed-*/record.json")).read_text())
+    record = _record(lab, "oomfixed")
     assert record["status"] == "failed" and len(record["attempts"]) == 1
     assert "plan" not in record["attempts"][0]
     assert (
@@ -738,16 +737,10 @@ def test_out_of_memory_every_time_shrinks_the_plan_until_nothing_fits_then_stops
     monkeypatch,
     capsys,
 ):
-    FlakyNodesDouble.calls, FlakyNodesDouble.launches, FlakyNodesDouble.on_stop = [], 0, None
-    FlakyNodesDouble.first_fault, FlakyNodesDouble.shipped_all = "oom_always", []
-    _patch_runner(monkeypatch, FlakyNodesDouble)
     job = _auto_job(lab, "oomall", poll_interval_s=0.5, recovery={"backoff_s": 0, "max_restarts": 10})
-    try:
-        assert cli(["run", str(job), "-i", str(lab / "hosts.ini")]) == 1
-    finally:
-        FlakyNodesDouble.first_fault = "signal"
+    assert _run_flaky(lab, monkeypatch, job, first_fault="oom_always") == 1
     out = capsys.readouterr().out
-    record = json.loads(next((lab / "runs").glob("oomall-*/record.json")).read_text())
+    record = _record(lab, "oomall")
     plans = [a["plan"] for a in record["attempts"]]
     print("\n".join(attempt_lines(RunRecord.of(record))))
     assert record["status"] == "failed" and len(plans) == FlakyNodesDouble.launches >= 2
@@ -936,8 +929,7 @@ class SpareNodesDouble(PollStreamDouble):
                 for h in hosts
             }
         elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
-            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
-            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
+            result.reports = _lease_taken_and_given_back(extravars)
         elif playbook == "launch":
             SpareNodesDouble.launches += 1
             SpareNodesDouble.started.append(hosts)
@@ -976,7 +968,7 @@ def test_a_spare_takes_the_place_of_a_node_with_a_gpu_error(lab, monkeypatch, ca
     rc = cli(["run", str(_spares_job(lab, "spare")), "-i", str(lab / "hosts.ini")])
     out = capsys.readouterr().out
     assert rc == 0, out
-    record = json.loads(next((lab / "runs").glob("spare-*/record.json")).read_text())
+    record = _record(lab, "spare")
     first, second = record["attempts"]
     assert (first["kind"], first["failed_host"], first["hosts"]) == ("gpu_error", "host2", ["host1", "host2"])
     assert "host2 excluded, spare host3 next (of host3)" in first["decision"]
@@ -1007,7 +999,7 @@ def test_no_spare_passing_preflight_ends_the_run_saying_why_not_fewer_nodes(lab,
     rc = cli(["run", str(_spares_job(lab, "nospare")), "-i", str(lab / "hosts.ini")])
     out = capsys.readouterr().out
     assert rc == 1, out
-    record = json.loads(next((lab / "runs").glob("nospare-*/record.json")).read_text())
+    record = _record(lab, "nospare")
     assert record["status"] == "failed" and SpareNodesDouble.launches == 1
     assert set(record["excluded"]) == {"host2", "host3"}
     assert "spare host3: excluded: ssh: connect to host host3 port 22: No route to host" in out

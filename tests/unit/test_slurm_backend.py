@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from node_agent import AGENT, run_agent
 
 from launcher.backends import choose_backend
 from launcher.backends.slurm import first_failure, login_host, record_master
@@ -28,10 +29,8 @@ from launcher.exceptions import ConfigurationError
 from launcher.rundir.runs import RunDir
 from launcher.spec.jobspec import SlurmOptions
 from launcher.spec.jobspec_load import parse_job_spec
-from launcher.transfer import nodeprogram
 from mift_testsupport.slurm import srun_task_env
 
-AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 FAKE = Path(__file__).with_name("fake_trainer.py")
 
 
@@ -177,17 +176,6 @@ def test_backend_from_the_inventory_and_the_command_line(tmp_path: Path) -> None
 
 
 # --- the node agent under Slurm ---------------------------------------------------------------------------
-def agent(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(AGENT), "agent", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-
-
 def prepared_run(tmp_path: Path, *trainer_args: str) -> Path:
     run_dir = tmp_path / "r-slurm"
     run_dir.mkdir()
@@ -201,9 +189,9 @@ def prepared_run(tmp_path: Path, *trainer_args: str) -> Path:
     }
     env = {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
     (run_dir / "bundle.json").write_text(json.dumps({"files": {}, "job": job, "env": env}))
-    answer = json.loads(agent("prepare", str(run_dir)).stdout)
+    answer = json.loads(run_agent("prepare", str(run_dir)).stdout)
     assert answer["ok"] and answer["state"] == "queued"
-    assert json.loads(agent("status", str(run_dir)).stdout)["state"] == "queued"
+    assert json.loads(run_agent("status", str(run_dir)).stdout)["state"] == "queued"
     return run_dir
 
 
@@ -213,13 +201,13 @@ def slurm_env(tmp_path: Path, node_id: str) -> dict[str, str]:
 
 def test_slurm_step_takes_rank_and_master_from_slurm_and_runs_in_the_foreground(tmp_path: Path) -> None:
     run_dir = prepared_run(tmp_path, "--steps", "2", "--step-s", "0.05", "--follower")
-    proc = agent("slurm-step", str(run_dir), "--grace", "2", env=slurm_env(tmp_path, "1"))
+    proc = run_agent("slurm-step", str(run_dir), "--grace", "2", env=slurm_env(tmp_path, "1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     env = json.loads((run_dir / "env.json").read_text())
     assert (env["NODE_RANK"], env["NNODES"], env["MASTER_ADDR"]) == ("1", "2", "nodeA")
     assert env["ROCR_VISIBLE_DEVICES"] == "0"
     assert json.loads((run_dir / "job.json").read_text())["node_rank"] == 1
-    status = json.loads(agent("status", str(run_dir)).stdout)
+    status = json.loads(run_agent("status", str(run_dir)).stdout)
     assert (status["state"], status["master_addr"]) == ("finished", "nodeA")  # what the record takes
 
 
@@ -245,9 +233,9 @@ def test_the_record_takes_the_master_the_allocation_gave_the_nodes(tmp_path: Pat
 
 def test_slurm_step_exits_non_zero_when_the_trainer_fails(tmp_path: Path) -> None:
     run_dir = prepared_run(tmp_path, "--steps", "5", "--step-s", "0.05", "--fail-at", "2")
-    proc = agent("slurm-step", str(run_dir), "--grace", "2", env=slurm_env(tmp_path, "0"))
+    proc = run_agent("slurm-step", str(run_dir), "--grace", "2", env=slurm_env(tmp_path, "0"))
     assert proc.returncode == 1
-    status = json.loads(agent("status", str(run_dir)).stdout)
+    status = json.loads(run_agent("status", str(run_dir)).stdout)
     assert status["state"] == "failed" and status["rc"] != 0
 
 
@@ -260,10 +248,10 @@ def test_slurm_step_stops_the_trainer_on_sigterm(tmp_path: Path) -> None:
         text=True,
     )
     deadline = time.monotonic() + 30
-    while json.loads(agent("status", str(run_dir)).stdout)["state"] != "running":
+    while json.loads(run_agent("status", str(run_dir)).stdout)["state"] != "running":
         assert time.monotonic() < deadline, "the trainer never ran"
         time.sleep(0.1)
     step.send_signal(signal.SIGTERM)  # what slurmstepd sends on scancel or another node's failure
     assert step.wait(timeout=30) == 1
-    status = json.loads(agent("status", str(run_dir)).stdout)
+    status = json.loads(run_agent("status", str(run_dir)).stdout)
     assert status["state"] == "stopped" and status["processes"] == 0

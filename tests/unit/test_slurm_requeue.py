@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from node_agent import AGENT, run_agent
 from test_slurm_backend import alloc
 
 from launcher.backends import check_recovery as _check_recovery
@@ -36,10 +37,7 @@ from launcher.node import contract
 from launcher.node import slurm as node_slurm
 from launcher.rundir.runs import RunDir
 from launcher.spec.jobspec_load import parse_job_spec
-from launcher.transfer import nodeprogram
 from mift_testsupport.slurm import srun_task_env
-
-AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 
 
 def spec(tmp_path: Path, **fields: Any) -> Any:
@@ -340,18 +338,6 @@ def test_the_resume_step_is_the_newest_checkpoint_every_node_holds() -> None:
     assert node_slurm.resume_argv(argv, out, None) == argv  # nothing common: as the first attempt began
 
 
-def agent(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(AGENT), "agent", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        input=stdin,
-    )
-
-
 def prepared(tmp_path: Path) -> Path:
     """A node run directory whose 'trainer' writes its command line to argv.json (TEST DOUBLE)."""
     run_dir = tmp_path / "r1"
@@ -370,33 +356,33 @@ def prepared(tmp_path: Path) -> Path:
         "argv": [sys.executable, "-c", trainer],
     }
     (run_dir / "bundle.json").write_text(json.dumps({"files": {}, "job": job, "env": {}}))
-    assert json.loads(agent("prepare", str(run_dir)).stdout)["ok"]
+    assert json.loads(run_agent("prepare", str(run_dir)).stdout)["ok"]
     return run_dir
 
 
 def test_a_restarted_slurm_step_resumes_its_trainer_from_the_step_given(tmp_path: Path) -> None:
     run_dir = prepared(tmp_path)
     env = srun_task_env(tmp_path, "1", ("nodeA", "nodeB"))
-    listed = json.loads(agent("slurm-checkpoints", str(run_dir), env=env).stdout)
+    listed = json.loads(run_agent("slurm-checkpoints", str(run_dir), env=env).stdout)
     assert listed == {"ok": True, "node": "nodeB", "checkpoints": [4, 8]}
     both = "\n".join([json.dumps(listed), json.dumps({**listed, "node": "nodeA", "checkpoints": [4]})])
-    assert agent("resume-step", str(run_dir), "--nodes", "2", stdin=both).stdout == "4\n"
-    assert agent("resume-step", str(run_dir), "--nodes", "3", stdin=both).returncode == 1
-    proc = agent("slurm-step", str(run_dir), "--restart", "1", "--resume-step", "8", env=env)
+    assert run_agent("resume-step", str(run_dir), "--nodes", "2", stdin=both).stdout == "4\n"
+    assert run_agent("resume-step", str(run_dir), "--nodes", "3", stdin=both).returncode == 1
+    proc = run_agent("slurm-step", str(run_dir), "--restart", "1", "--resume-step", "8", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads((run_dir / "argv.json").read_text()) == [
         f"resume_from_checkpoint={run_dir}/output/checkpoint-8",
         "overwrite_output_dir=false",
     ]
     assert (run_dir / "output" / "checkpoint-8" / "latest").read_text() == "global_step8"  # DeepSpeed's tag
-    status = json.loads(agent("status", str(run_dir)).stdout)
+    status = json.loads(run_agent("status", str(run_dir)).stdout)
     assert (status["state"], status["restart"], status["resume_step"]) == ("finished", 1, 8)
     # the first attempt: the trainer's own command line, no restart in the status
-    proc = agent("slurm-step", str(run_dir), env=env)
+    proc = run_agent("slurm-step", str(run_dir), env=env)
     assert proc.returncode == 0 and json.loads((run_dir / "argv.json").read_text()) == []
-    assert "restart" not in json.loads(agent("status", str(run_dir)).stdout)
+    assert "restart" not in json.loads(run_agent("status", str(run_dir)).stdout)
     (run_dir / "slurm.out").write_text(SLURM_OUT)  # the node that ran the batch script
-    assert json.loads(agent("status", str(run_dir)).stdout)["requeues"] == {
+    assert json.loads(run_agent("status", str(run_dir)).stdout)["requeues"] == {
         "1": "node failure",
         "2": "time limit",
     }

@@ -153,12 +153,17 @@ def test_one_session_per_node_answers_every_poll(tmp_path: Path, ssh_double: Pat
     assert all(" watch " in s and "--every 0.3" in s for s in sessions), sessions
 
 
+def _two_exited_nodes_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, down: str) -> SshStream:
+    """An SshStream (every 0.3 s) over nodes n0 and n1, both exited 0, the ssh double failing for `down`."""
+    monkeypatch.setenv("SSH_DOUBLE_DOWN", down)
+    job = cluster(tmp_path, {"n0": {"state": "exited", "rc": 0}, "n1": {"state": "exited", "rc": 0}})
+    return SshStream(job, 0.3)  # type: ignore[arg-type]
+
+
 def test_a_node_ssh_cannot_reach_is_unreachable_and_only_its_session_starts_again(
     tmp_path: Path, ssh_double: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SSH_DOUBLE_DOWN", "addr-n1")
-    job = cluster(tmp_path, {"n0": {"state": "exited", "rc": 0}, "n1": {"state": "exited", "rc": 0}})
-    stream = SshStream(job, 0.3)  # type: ignore[arg-type]
+    stream = _two_exited_nodes_stream(tmp_path, monkeypatch, down="addr-n1")
     try:
         for polls in (1, 2):
             nodes = stream.poll()
@@ -171,9 +176,7 @@ def test_a_node_ssh_cannot_reach_is_unreachable_and_only_its_session_starts_agai
 def test_ssh_that_reaches_no_node_at_the_first_poll_falls_back_to_the_playbook(
     tmp_path: Path, ssh_double: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("SSH_DOUBLE_DOWN", "addr-n0,addr-n1")
-    job = cluster(tmp_path, {"n0": {"state": "exited", "rc": 0}, "n1": {"state": "exited", "rc": 0}})
-    stream = SshStream(job, 0.3)  # type: ignore[arg-type]
+    stream = _two_exited_nodes_stream(tmp_path, monkeypatch, down="addr-n0,addr-n1")
     with pytest.raises(PlaybookFollow, match="poll_stream"):
         stream.poll()
     assert isinstance(stream._fallback, AgentStream)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -29,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from node_agent import agent_json, wait_state
 
 from launcher.follow.telemetry import WarningOnce, after_fields, first_gpu_fault, gpu_lines
 from launcher.follow.verdict import Judge
 from launcher.node import gpu as g
-from launcher.transfer import nodeprogram
 from mift_testsupport import gpu_telemetry
 from mift_testsupport.gpu_telemetry import metric_document
 
@@ -417,15 +416,7 @@ def test_job_spec_default_lives_in_the_spec() -> None:
 
 # --- the node agent with the sampler (the fake trainer, the double in PATH) ------------------------------
 
-AGENT = nodeprogram.program_file()  # the node program, as shipped (``python3 AGENT agent ...``)
 FAKE_TRAINER = Path(__file__).with_name("fake_trainer.py")
-
-
-def _agent(*args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, str(AGENT), "agent", *args], check=False, capture_output=True, text=True, timeout=60
-    )
-    return dict(json.loads(out.stdout))
 
 
 def _run_dir(tmp_path: Path, period_s: float, steps: int) -> Path:
@@ -452,29 +443,18 @@ def _run_dir(tmp_path: Path, period_s: float, steps: int) -> Path:
     return run_dir
 
 
-def _wait(run_dir: Path, states: set[str], seconds: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + seconds
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        status = _agent("status", str(run_dir))
-        if status["state"] in states:
-            return status
-        time.sleep(0.2)
-    raise AssertionError(f"state never in {states}: {status}")
-
-
 def test_agent_stops_the_trainer_on_a_gpu_fault(double: Path, tmp_path: Path) -> None:
     double.write_text("ecc-rising 3\n")  # the baseline, one good sample, then GPU 3 breaks
     run_dir = _run_dir(tmp_path, 1.0, steps=600)
-    assert _agent("start", str(run_dir))["ok"]
-    status = _wait(run_dir, {"failed", "finished"})
+    assert agent_json("start", str(run_dir))["ok"]
+    status = wait_state(run_dir, {"failed", "finished"})
     assert status["state"] == "failed"
     assert status["gpu_fault"] == "GPU 3: uncorrectable ECC errors rose from 0 to 1"
     assert status["reason"] == "GPU 3: uncorrectable ECC errors rose from 0 to 1"
     assert status["last_log"].get("current_steps", 0) < 600  # stopped, not finished
     assert status["processes"] == 0
     assert status["gpu"]["gpus"] == 8
-    collected = _agent("collect", str(run_dir))
+    collected = agent_json("collect", str(run_dir))
     assert collected["gpu_after"]["ok"] is False
     log = (run_dir / "trainer.log").read_text()
     assert "mift_agent: GPU 3: uncorrectable ECC errors rose from 0 to 1; stopping the trainer" in log
@@ -483,15 +463,15 @@ def test_agent_stops_the_trainer_on_a_gpu_fault(double: Path, tmp_path: Path) ->
 def test_agent_run_completes_with_a_hanging_tool(double: Path, tmp_path: Path) -> None:
     double.write_text("hang\n")
     run_dir = _run_dir(tmp_path, 2.0, steps=5)
-    assert _agent("start", str(run_dir))["ok"]
-    status = _wait(run_dir, {"failed", "finished"})
+    assert agent_json("start", str(run_dir))["ok"]
+    status = wait_state(run_dir, {"failed", "finished"})
     assert status["state"] == "finished"
     assert (
         status["telemetry_warning"]
         == "amd-smi metric --json: no answer in 2 s; GPU sampling off for this run"
     )
     assert status["gpu_fault"] is None
-    after = _agent("collect", str(run_dir))["gpu_after"]
+    after = agent_json("collect", str(run_dir))["gpu_after"]
     # the hung tool is not called again after the run; processes on this machine's GPUs (if any) may show
     assert after["checked"] == ["processes"]
     assert all(p.startswith("process on a GPU: ") for p in after["problems"])
