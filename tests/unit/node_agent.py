@@ -45,3 +45,16 @@ def wait_state(run_dir: Path, states: set[str], timeout: float = 30) -> dict[str
             return status
         time.sleep(0.2)
     raise AssertionError(f"state never in {states}: {status}")
+
+
+def fake_trainer_job(run_dir: Path, *trainer_args: str, expect: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The job.json of a run of the fake trainer (tests/unit/fake_trainer.py) writing into ``run_dir/output``:
+    run id the folder's name, node rank 0."""
+    out = run_dir / "output"
+    return {
+        "run_id": run_dir.name,
+        "node_rank": 0,
+        "expect_outputs": list(expect),
+        "output_dir": str(out),
+        "argv": [sys.executable, str(Path(__file__).with_name("fake_trainer.py")), str(out), *trainer_args],
+    }

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from node_agent import agent_json, wait_state
+from node_agent import agent_json, fake_trainer_job, wait_state
 
 from launcher.node import common as node_common
 from launcher.node import supervise as node_supervise
@@ -175,14 +175,7 @@ def test_vanished_supervisor_and_trainer(tmp_path: Path, command: str) -> None:
 def test_start_unpacks_the_bundle_with_private_modes(tmp_path: Path) -> None:
     run_dir = tmp_path / "t-bundle"
     run_dir.mkdir()
-    out = run_dir / "output"
-    job = {
-        "run_id": "t-bundle",
-        "node_rank": 0,
-        "expect_outputs": [],
-        "output_dir": str(out),
-        "argv": [sys.executable, str(FAKE), str(out), "--steps", "1"],
-    }
+    job = fake_trainer_job(run_dir, "--steps", "1")
     bundle = {"files": {"train.yaml": "a: 1\n", "../escape.txt": "x"}, "job": job, "env": {"HF_TOKEN": "t"}}
     (run_dir / "bundle.json").write_text(json.dumps(bundle))
     refused = agent_json("start", str(run_dir))  # mift_contract: plain file names only

@@ -23,7 +23,7 @@ from launcher.planning.dsconfig import deepspeed_config
 from launcher.planning.memory import Strategy
 from launcher.preflight.checks import NodeFacts
 from launcher.spec.jobspec_load import load_job_spec_bytes
-from launcher.validation.job import load_job
+from launcher.validation.job import LoadedJob, load_job
 
 SHAPE_8B = {
     "architectures": ["LlamaForCausalLM"],
@@ -182,18 +182,23 @@ def test_auto_on_two_mi300x_nodes_keeps_the_global_batch_over_16_gpus(tmp_path):
     assert shipped["save_on_each_node"] is True  # the engine's own keys still apply after the rewrite
 
 
-def test_auto_with_deepspeed_auto_ships_the_chosen_strategys_config(tmp_path):
-    # Llama-3-70B full fine-tuning on one 8 x MI300X node (bundled config): only ZeRO-3 variants fit
-    job = load_job(
+def _auto_70b_full(tmp_path: Path, **train_keys: Any) -> LoadedJob:
+    """A ``deepspeed: auto``, ``plan: auto`` job of Llama-3-70B full fine-tuning (the bundled config)."""
+    return load_job(
         _job(
             tmp_path,
             "deepspeed: auto\nplan: auto\n",
             model_name_or_path="/opt/models/Meta-Llama-3-70B",
             finetuning_type="full",
-            per_device_train_batch_size=1,
-            gradient_accumulation_steps=8,
-            cutoff_len=4096,
+            **train_keys,
         )
+    )
+
+
+def test_auto_with_deepspeed_auto_ships_the_chosen_strategys_config(tmp_path):
+    # Llama-3-70B full fine-tuning on one 8 x MI300X node (bundled config): only ZeRO-3 variants fit
+    job = _auto_70b_full(
+        tmp_path, per_device_train_batch_size=1, gradient_accumulation_steps=8, cutoff_len=4096
     )
     plan = build_plan(job, _mi300x(1), "r1")
     chosen = Strategy(plan.deepspeed_name)
@@ -230,14 +235,7 @@ def test_a_deepspeed_file_that_fixes_the_batch_is_refused_under_plan_auto(tmp_pa
 
 
 def test_nothing_fitting_is_one_line_at_plan(tmp_path):
-    job = load_job(
-        _job(
-            tmp_path,
-            "deepspeed: auto\nplan: auto\n",
-            model_name_or_path="/opt/models/Meta-Llama-3-70B",
-            finetuning_type="full",
-        )
-    )
+    job = _auto_70b_full(tmp_path)
     with pytest.raises(ConfigurationError) as err:
         build_plan(job, _h200(), "r1")
     text = str(err.value)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from mift_testsupport import proc
+
 REPO = Path(__file__).resolve().parents[2]
 # the plugin imports ansible, whose import patches sys.intern: in this process that breaks a later torch
 # import
@@ -66,15 +68,8 @@ def _run(tmp_path: Path, name: str, playbook: str = PLAYBOOK, rc: int = 2) -> li
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
         "MIFT_PROGRESS_HEARTBEAT_S": "0",
     }
-    out = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "hosts.yml", name],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "hosts.yml", name]
+    out = proc.run(argv, cwd=tmp_path, env=env, check=False)
     assert out.returncode == rc, out.stdout[-3000:] + out.stderr[-2000:]  # PLAYBOOK: node2 failed
     return [line for line in out.stdout.splitlines() if line.startswith("[progress] ")]
 
@@ -151,34 +146,24 @@ def test_long_steps_are_named_by_module_or_task_name(action: str, name: str, ste
 
 # provision.yml's shape: a play name that stands twice (the fingerprint play before each part), a wrapper
 # task named as a wheel build (include_tasks returns at once), a play whose group is empty (Slurm off)
-REPEATED = """
-- name: Fingerprint
-  hosts: nodes
-  gather_facts: false
-  tasks:
-    - name: Look
-      ansible.builtin.command: "true"
-      changed_when: false
-- name: Node Python stack
-  hosts: nodes
-  gather_facts: false
-  tasks:
-    - name: Build torch once and install it everywhere
-      ansible.builtin.include_tasks: nothing.yml
-- name: Fingerprint
-  hosts: nodes
-  gather_facts: false
-  tasks:
-    - name: Look again
-      ansible.builtin.command: "true"
-      changed_when: false
-- name: Slurm
-  hosts: slurm_nodes
-  gather_facts: false
-  tasks:
-    - name: Never
-      ansible.builtin.command: "true"
-"""
+def _play(name: str, hosts: str, task: str) -> str:
+    """One play of one task, YAML."""
+    return f"- name: {name}\n  hosts: {hosts}\n  gather_facts: false\n  tasks:\n    - {task}\n"
+
+
+LOOK = '{name: Look, ansible.builtin.command: "true", changed_when: false}'
+REPEATED = "".join(
+    (
+        _play("Fingerprint", "nodes", LOOK),
+        _play(
+            "Node Python stack",
+            "nodes",
+            "{name: Build torch once and install it everywhere, ansible.builtin.include_tasks: nothing.yml}",
+        ),
+        _play("Fingerprint", "nodes", LOOK),
+        _play("Slurm", "slurm_nodes", LOOK),
+    )
+)
 
 
 def test_phases_follow_the_playbook_order_and_say_what_they_skip(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from node_agent import AGENT, run_agent
+from node_agent import AGENT, fake_trainer_job, run_agent
 
 from launcher.backends import choose_backend
 from launcher.backends.slurm import first_failure, login_host, record_master
@@ -179,14 +179,7 @@ def test_backend_from_the_inventory_and_the_command_line(tmp_path: Path) -> None
 def prepared_run(tmp_path: Path, *trainer_args: str) -> Path:
     run_dir = tmp_path / "r-slurm"
     run_dir.mkdir()
-    out = run_dir / "output"
-    job = {
-        "run_id": "r-slurm",
-        "node_rank": 0,
-        "output_dir": str(out),
-        "expect_outputs": ["adapter_model.safetensors", "all_results.json"],
-        "argv": [sys.executable, str(FAKE), str(out), *trainer_args],
-    }
+    job = fake_trainer_job(run_dir, *trainer_args, expect=("adapter_model.safetensors", "all_results.json"))
     env = {"NNODES": "2", "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
     (run_dir / "bundle.json").write_text(json.dumps({"files": {}, "job": job, "env": env}))
     answer = json.loads(run_agent("prepare", str(run_dir)).stdout)
