@@ -69,6 +69,10 @@ WATCHED = " ".join(
 SNAPSHOT = (
     f"find {WATCHED} -xdev -mindepth 1 -newer {MARKER} "
     "-not -path '/tmp/.ansible*' -not -path '/root/.ansible*' "
+    # the node program's cache (launcher/transfer/nodeprogram.py: one file named by its content's hash, sent
+    # where missing and kept, as Ansible's own folders are): the folders it is made in and that file only
+    "-not -path /root/.cache -not -path /root/.cache/mift-node "
+    "-not -path '/root/.cache/mift-node/mift_node-*.pyz' "
     "-printf 'changed: %p\\n' 2>/dev/null; "
     "ls -A /var/lib/mift/runs 2>/dev/null | sed 's/^/run dir: /'; "
     f"pgrep -af '{TRAINER_PATTERN}' | sed 's/^/process: /'; "
