@@ -24,6 +24,7 @@ from poll_stream_double import PollStreamDouble
 
 from launcher.backends import runner as runner_module
 from launcher.backends.runner import PlaybookResult
+from launcher.engine.lease import lease_file
 from launcher.main import cli
 from launcher.spec.repo import PLAYBOOK_DIR
 from mift_testsupport import proc
@@ -57,6 +58,7 @@ class NodesDouble(PollStreamDouble):
 
     shipped: dict[str, dict[str, Any]]
     on_preflight: Any = None
+    played: list[tuple[str, dict[str, Any]]]  # every playbook run, with its extra vars
 
     def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
         self.private_data_dir = private_data_dir
@@ -66,6 +68,7 @@ class NodesDouble(PollStreamDouble):
 
     def run(self, playbook: str, extravars: dict[str, Any], **_: Any) -> PlaybookResult:
         result = PlaybookResult(playbook=playbook, rc=0, status="successful")
+        NodesDouble.played.append((playbook, extravars))
         if playbook == "preflight":
             if NodesDouble.on_preflight is not None:
                 NodesDouble.on_preflight()
@@ -78,6 +81,8 @@ class NodesDouble(PollStreamDouble):
             for host in HOSTS:
                 NodesDouble.shipped[host] = json.loads((files / host / "bundle.json").read_text())
             result.reports = {h: {"start": {"ok": True, "state": "running"}} for h in HOSTS}
+        elif playbook == "collect" and "mift_lease_argv" in extravars:  # the finish gives the lease back
+            result.reports = {h: {"lease": {"released": True, "changed": True}} for h in HOSTS}
         return result
 
 
@@ -105,6 +110,7 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MIFT_CACHE_DIR", str(tmp_path / "cache"))
     NodesDouble.shipped = {}
     NodesDouble.on_preflight = None
+    NodesDouble.played = []
     return tmp_path
 
 
@@ -167,6 +173,23 @@ def test_shipped_training_yaml_is_the_validated_one(lab, monkeypatch, capsys):
     assert _run(lab, _job(lab, "toctou", "plain.yaml")) == 0, capsys.readouterr().err
     shipped = yaml.safe_load(NodesDouble.shipped["host1"]["files"]["train.yaml"])
     assert shipped["max_steps"] == original["max_steps"] == 8
+
+
+# --- the GPU lease ------------------------------------------------------------------------------------------
+
+
+def test_the_finish_gives_the_gpu_lease_back_in_its_collect_playbook(lab, monkeypatch, capsys):
+    """``stop`` of a leased run: its collect playbook gives the lease back (no lease playbook of its own)."""
+    _patch_runner(monkeypatch, NodesDouble)
+    assert _run(lab, _job(lab, "leased", "plain.yaml")) == 0, capsys.readouterr().err
+    run_id = next(d.name for d in (lab / "runs").iterdir())
+    cli(["stop", run_id])
+    played = [name for name, _ in NodesDouble.played]
+    assert played.count("lease") == 1, played  # the take, before the start; no release playbook
+    collect = next(v for name, v in NodesDouble.played if name == "collect")
+    assert collect["mift_lease_argv"] == ["release", lease_file(), run_id]
+    record = json.loads((lab / "runs" / run_id / "record.json").read_text())
+    assert record["lease_released"] == list(HOSTS)
 
 
 # --- loaders: any bytes, any path ---------------------------------------------------------------------------

@@ -55,9 +55,6 @@ class JobTEST_DOUBLE:  # noqa: N801 - the test-double marker in the name
     def stop(self) -> None:
         self.stops.append(self.dump_stacks_on_stop)
 
-    def release_lease(self) -> list[str]:
-        return []  # the ssh backend's lease is launcher.engine.lease's (tests/faults/test_lease.py)
-
     def finalize(self, state: str, reason: str = "", nodes: object = None) -> None:
         del nodes
         self.finalized.append((state, reason))

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from launcher.node import contract
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from launcher.backends.base import RunNodes
     from launcher.backends.runner import PlaybookResult
     from launcher.engine.plan import RunPlan
@@ -49,12 +51,14 @@ def stop_agents(job: RunNodes) -> PlaybookResult:
     return job.runner.run("stop", stop_vars, cancellable=False, timeout=180)
 
 
-def collect_agents(job: RunNodes) -> PlaybookResult:
+def collect_agents(job: RunNodes, *, lease_argv: Sequence[str] = ()) -> PlaybookResult:
     """Fetch every node's ``collect.tar.gz`` over ssh (collect.yml); ``Job.collect`` (launcher/engine/job.py)
-    unpacks."""
+    unpacks. ``lease_argv``: the node program's ``lease`` arguments, run after the collect (the GPU lease
+    given back by the run's finish)."""
+    lease = {"mift_lease_argv": list(lease_argv)} if lease_argv else {}
     return job.runner.run(
         "collect",
-        {**job.base_vars, "mift_collect_dir": str(job.run.nodes_dir)},
+        {**job.base_vars, "mift_collect_dir": str(job.run.nodes_dir), **lease},
         cancellable=False,
         timeout=300,
     )

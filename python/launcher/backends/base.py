@@ -230,8 +230,12 @@ class Backend(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def collect(self, job: RunNodes) -> PlaybookResult:
-        """Fetch every node's logs, state and metrics into ``nodes/<host>/``; per-host ``collect`` reports."""
+    def collect(self, job: RunNodes, *, lease_argv: Sequence[str] = ()) -> PlaybookResult:
+        """Fetch every node's logs, state and metrics into ``nodes/<host>/``; per-host ``collect`` reports.
+
+        ``lease_argv``: the node program's ``lease`` arguments, run on each node after its collect (the run's
+        finish gives the GPU lease back in the same playbook: launcher/engine/lease.py); per-host ``lease``
+        reports. Only a backend that leases is ever given them."""
         ...
 
 

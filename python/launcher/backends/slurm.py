@@ -42,7 +42,7 @@ from launcher.spec.inventory import group_members, inventory_var
 from launcher.spec.nodelayout import layout
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
     from typing import IO
 
@@ -380,9 +380,9 @@ class SlurmBackend(Backend):
             timeout=180,
         )
 
-    def collect(self, job: RunNodes) -> PlaybookResult:
+    def collect(self, job: RunNodes, *, lease_argv: Sequence[str] = ()) -> PlaybookResult:
         """Fetch every node's logs, state and metrics (over ssh, as the ssh backend)."""
-        return collect_agents(job)
+        return collect_agents(job, lease_argv=lease_argv)
 
 
 def record_master(run: RunDir, nodes: Mapping[str, contract.NodeStatus]) -> None:

@@ -166,8 +166,10 @@ class SharedSlurmBackend(SlurmBackend):
             timeout=plan.spec.timeouts.start_s,
         )
 
-    def collect(self, job: RunNodes) -> PlaybookResult:
-        """Pack every rank's logs and metrics in the shared folder and fetch them through the login host."""
+    def collect(self, job: RunNodes, *, lease_argv: Sequence[str] = ()) -> PlaybookResult:
+        """Pack every rank's logs and metrics in the shared folder and fetch them through the login host (the
+        scheduler owns the GPUs: no lease, ``lease_argv`` is never given)."""
+        del lease_argv
         return job.runner.run(
             "slurm_shared_collect",
             {**job.base_vars, **self.extra_vars, "mift_collect_dir": str(job.run.nodes_dir)},

@@ -12,7 +12,7 @@ from launcher.backends.ssh_stream import STREAM_FROM_NODES, SshStream
 from launcher.node import contract
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
     from typing import IO
 
@@ -102,6 +102,6 @@ class SshBackend(Backend):
         """Stop every node's trainer through its agent."""
         return stop_agents(job)
 
-    def collect(self, job: RunNodes) -> PlaybookResult:
+    def collect(self, job: RunNodes, *, lease_argv: Sequence[str] = ()) -> PlaybookResult:
         """Fetch every node's logs, state and metrics."""
-        return collect_agents(job)
+        return collect_agents(job, lease_argv=lease_argv)

@@ -1,7 +1,7 @@
 """Finish: the one sequence that ends a run, used by ``run``, ``status`` (a run nobody follows) and ``stop``.
 
-Stop the trainer everywhere unless it succeeded (or was stopped already), collect logs and metrics, record the
-final state, print the summary.
+Stop the trainer everywhere unless it succeeded (or was stopped already), collect logs and metrics (and give
+the GPU lease back), record the final state, print the summary.
 """
 
 from __future__ import annotations
@@ -43,8 +43,7 @@ def finish(
         job.run.set_status("stopping", verdict.reason)
         job.dump_stacks_on_stop = verdict.state == "stalled"
         job.stop()
-    summary = job.finalize(verdict.state, verdict.reason, nodes)
-    job.release_lease()  # the GPUs are free for the next run
+    summary = job.finalize(verdict.state, verdict.reason, nodes)  # its collect frees the GPUs for the next
     if out is not None:
         print_summary(job.run, out)
     return summary

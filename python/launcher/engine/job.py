@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.backends import backend_of
 from launcher.backends.runner import PlaybookResult, make_runner
-from launcher.engine.lease import LEASING_BACKENDS, release_leases
+from launcher.engine.lease import LEASING_BACKENDS, release_argv, released
 from launcher.follow.telemetry import after_fields, gpu_series
 from launcher.follow.verdict import Judge, settled_notes
 from launcher.node import contract
@@ -69,30 +69,33 @@ class Job:
         """Stop the trainer on every node through the run's backend (not interruptible)."""
         return self.backend.stop(self)
 
-    def collect(self) -> PlaybookResult:
+    def collect(self, *, release_lease: bool = False) -> PlaybookResult:
         """Fetch node logs, state and metrics into ``nodes/<host>/`` through the run's backend (not
-        interruptible).
+        interruptible); ``release_lease``: then give the run's GPU lease back, in the same playbook, where the
+        run took one (:attr:`leased`).
 
         Each node's ``collect`` result (``mift_contract.CollectResult``) holds its ``status`` and ``outputs``.
         """
         self.run.nodes_dir.mkdir(exist_ok=True)
-        result = self.backend.collect(self)
+        lease_argv = release_argv(self.run.run_id) if release_lease and self.leased else ()
+        result = self.backend.collect(self, lease_argv=lease_argv)
         for host in self.hosts:
             unpack_collected(self.run.nodes_dir / host)
         return result
 
-    def release_lease(self) -> list[str]:
-        """Give back the run's GPU lease on its nodes (engine/lease.py; the backends that lease, and only when
-        the run took one); return the hosts whose lease was given back."""
-        if self.record.backend not in LEASING_BACKENDS or not self.run.load().get("lease"):
-            return []
-        return release_leases(self.runner, self.run.run_id, self.hosts)
+    @property
+    def leased(self) -> bool:
+        """Whether the run holds a GPU lease on its nodes (engine/lease.py: a backend that leases, and the
+        run took one)."""
+        return self.record.backend in LEASING_BACKENDS and bool(self.run.load().get("lease"))
 
     def finalize(
         self, state: str, reason: str = "", nodes: dict[str, contract.NodeStatus] | None = None
     ) -> Summary:
-        """Collect, write metrics and the loss plot, record the final state; return the summary."""
-        collected = self.collect()
+        """Collect (and give the GPU lease back), write metrics and the loss plot, record the final state;
+        return the summary."""
+        leased = self.leased
+        collected = self.collect(release_lease=True)
         final_nodes = dict(nodes or {})
         outputs: dict[str, list[str]] = {}
         for host in self.hosts:
@@ -150,6 +153,7 @@ class Job:
             failure_cause=cause.as_record() if cause else None,
             collect_rc=collected.rc,
             gpu_after=gpu_after,
+            **({"lease_released": released(collected, self.hosts)} if leased else {}),
             **attempts,
         )
         self.run.set_status(state, reason)

@@ -6,8 +6,9 @@ user, the controller host, the launcher's pid and when it was taken. A node leas
 refuses the whole run in one line naming that run and its owner (the leases taken on the other nodes are
 given back); a stale lease (its run ended on the node, or no process of its run is left there and it is
 older than :data:`STALE_S`) is taken over and said so; ``run --force`` takes over a live one. The lease is
-given back by the run's finish (``run``, ``status`` of a run nobody follows, ``stop``). The ssh backend
-only: under Slurm the scheduler owns the GPUs. docs/launcher.md "GPU lease".
+given back by the run's finish (``run``, ``status`` of a run nobody follows, ``stop``), in its collect
+playbook (``collect.yml`` runs the node program's ``lease release`` after packing the logs: no playbook of
+its own). The ssh backend only: under Slurm the scheduler owns the GPUs. docs/launcher.md "GPU lease".
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from launcher.spec.nodelayout import layout
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from launcher.backends.runner import PlaybookRunner
+    from launcher.backends.runner import PlaybookResult, PlaybookRunner
     from launcher.rundir.runs import RunDir
 
 LEASE_NAME = "gpu-lease.json"
@@ -115,11 +116,23 @@ def take_leases(
     )
 
 
+def release_argv(run_id: str) -> list[str]:
+    """Return the node program's ``lease`` arguments that give the run's lease back."""
+    return ["release", lease_file(), run_id]
+
+
+def released(result: PlaybookResult, hosts: Sequence[str]) -> list[str]:
+    """Return the hosts whose ``lease`` answer in ``result`` says the lease was given back."""
+    answers = ((h, result.report(h, "lease")) for h in hosts)
+    return [h for h, a in answers if isinstance(a, dict) and a.get("released")]
+
+
 def release_leases(runner: PlaybookRunner, run_id: str, hosts: Sequence[str]) -> list[str]:
-    """Give back the run's lease on ``hosts`` (a node leased by another run since keeps its); return the
-    hosts whose lease was given back. A node that does not answer keeps the lease until it is stale."""
-    try:
-        answers = _answers(runner, hosts, ["release", lease_file(), run_id])
-    except JobFailedError:
-        return []
-    return [h for h, a in answers.items() if a.get("released")]
+    """Give back the run's lease on ``hosts`` through the lease playbook (a refused run's, on the nodes it
+    took; a finished run's goes with its collect: :func:`release_argv`); a node leased by another run since
+    keeps its. Return the hosts whose lease was given back; a node that does not answer keeps the lease until
+    it is stale."""
+    result = runner.run(
+        "lease", {"mift_hosts": ",".join(hosts), "mift_lease_argv": release_argv(run_id)}, cancellable=False
+    )
+    return released(result, hosts)
