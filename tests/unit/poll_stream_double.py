@@ -1,4 +1,5 @@
-"""TEST DOUBLE part of the PlaybookRunner doubles that run a job in-process: the background poll playbook.
+"""TEST DOUBLE part of the PlaybookRunner doubles that run a job in-process: the background poll playbook (and
+the launch playbook's lease answer on free nodes).
 
 ``start("poll_stream", ...)`` answers as playbooks/poll_stream.yml does through ansible-runner: one
 ``runner_retry`` event a node an attempt (its result's stdout: the agent's JSON), an attempt every
@@ -17,6 +18,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from launcher.backends.runner import PlaybookResult
+
+
+def lease_taken(extravars: dict[str, Any]) -> dict[str, Any]:
+    """A node's ``lease`` answer in a launch playbook that takes the GPU lease (``mift_lease_argv``: the run's
+    first start, launcher/engine/lease.py) on a free node; nothing when the start takes none."""
+    return {"lease": {"taken": True, "changed": True}} if "mift_lease_argv" in extravars else {}
 
 
 class PollStreamDouble:

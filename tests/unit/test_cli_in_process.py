@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from poll_stream_double import PollStreamDouble
+from poll_stream_double import PollStreamDouble, lease_taken
 
 from launcher.backends import runner as runner_module
 from launcher.backends.runner import PlaybookResult
@@ -59,6 +59,9 @@ class NodesDouble(PollStreamDouble):
     shipped: dict[str, dict[str, Any]]
     on_preflight: Any = None
     played: list[tuple[str, dict[str, Any]]]  # every playbook run, with its extra vars
+    busy: dict[str, Any] | None = (
+        None  # host2's lease held by this other run (launch.yml then starts nothing)
+    )
 
     def __init__(self, private_data_dir: Path, *, inventory: Path | None = None, **_: Any) -> None:
         self.private_data_dir = private_data_dir
@@ -73,14 +76,17 @@ class NodesDouble(PollStreamDouble):
             if NodesDouble.on_preflight is not None:
                 NodesDouble.on_preflight()
             result.reports = {h: {"preflight": _facts(h)} for h in HOSTS}
-        elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
-            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
-            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             files = Path(extravars["mift_files_dir"])
             for host in HOSTS:
                 NodesDouble.shipped[host] = json.loads((files / host / "bundle.json").read_text())
-            result.reports = {h: {"start": {"ok": True, "state": "running"}} for h in HOSTS}
+            if NodesDouble.busy is not None and "mift_lease_argv" in extravars:  # launch.yml: refused, undone
+                holder = {"taken": False, "holder": NodesDouble.busy}
+                result.reports = {"host1": {"lease": {"taken": True}}, "host2": {"lease": holder}}
+                return result
+            result.reports = {
+                h: {"start": {"ok": True, "state": "running"}, **lease_taken(extravars)} for h in HOSTS
+            }
         elif playbook == "collect" and "mift_lease_argv" in extravars:  # the finish gives the lease back
             result.reports = {h: {"lease": {"released": True, "changed": True}} for h in HOSTS}
         return result
@@ -111,6 +117,7 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     NodesDouble.shipped = {}
     NodesDouble.on_preflight = None
     NodesDouble.played = []
+    NodesDouble.busy = None
     return tmp_path
 
 
@@ -179,17 +186,35 @@ def test_shipped_training_yaml_is_the_validated_one(lab, monkeypatch, capsys):
 
 
 def test_the_finish_gives_the_gpu_lease_back_in_its_collect_playbook(lab, monkeypatch, capsys):
-    """``stop`` of a leased run: its collect playbook gives the lease back (no lease playbook of its own)."""
+    """A run's launch playbook takes the GPU lease, ``stop``'s collect playbook gives it back: no lease
+    playbook of its own."""
     _patch_runner(monkeypatch, NodesDouble)
     assert _run(lab, _job(lab, "leased", "plain.yaml")) == 0, capsys.readouterr().err
     run_id = next(d.name for d in (lab / "runs").iterdir())
     cli(["stop", run_id])
     played = [name for name, _ in NodesDouble.played]
-    assert played.count("lease") == 1, played  # the take, before the start; no release playbook
+    assert "lease" not in played, played
+    launch = next(v for name, v in NodesDouble.played if name == "launch")
+    assert launch["mift_lease_argv"][:2] == ["take", lease_file()]
+    assert json.loads(launch["mift_lease_argv"][3])["run_id"] == run_id
     collect = next(v for name, v in NodesDouble.played if name == "collect")
     assert collect["mift_lease_argv"] == ["release", lease_file(), run_id]
     record = json.loads((lab / "runs" / run_id / "record.json").read_text())
     assert record["lease_released"] == list(HOSTS)
+
+
+def test_a_node_leased_by_another_live_run_refuses_the_run_at_its_start(lab, monkeypatch, capsys):
+    """host2's lease is another run's: one line naming that run and its owner, the run rejected, no lease
+    recorded; its launch playbook started nothing (it gives host1's back itself: launch.yml)."""
+    _patch_runner(monkeypatch, NodesDouble)
+    NodesDouble.busy = {"run_id": "other-run", "user": "ann", "controller": "ctl", "pid": 7, "started_at": 0}
+    assert _run(lab, _job(lab, "second", "plain.yaml")) != 0
+    line = _one_error_line(capsys.readouterr().err)
+    assert "host2: GPUs leased by run other-run of ann@ctl (pid 7, since" in line and "run --force" in line
+    record = json.loads(next((lab / "runs").iterdir()).joinpath("record.json").read_text())
+    assert record["status"] == "rejected" and "lease" not in record
+    assert record["attempts"][-1]["state"] == "rejected"
+    assert [name for name, _ in NodesDouble.played] == ["preflight", "launch"]
 
 
 # --- loaders: any bytes, any path ---------------------------------------------------------------------------

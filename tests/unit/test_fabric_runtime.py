@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from poll_stream_double import PollStreamDouble
+from poll_stream_double import PollStreamDouble, lease_taken
 from test_cli_in_process import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 from test_fabric_env import roce_port_double
 
@@ -232,15 +232,14 @@ class TransportNodesDouble(PollStreamDouble):
                 h: {"preflight": {**_facts(h), "probe": {**_facts(h)["probe"], "net": rdma_net_double(h)}}}
                 for h in HOSTS
             }
-        elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
-            leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
-            result.reports = {h: {"lease": {"taken": True, "released": True}} for h in leased}
         elif playbook == "launch":
             files = Path(extravars["mift_files_dir"])
             TransportNodesDouble.shipped = {
                 h: json.loads((files / h / "bundle.json").read_text()) for h in HOSTS
             }
-            result.reports = {h: {"start": {"ok": True, "state": "running"}} for h in HOSTS}
+            result.reports = {
+                h: {"start": {"ok": True, "state": "running"}, **lease_taken(extravars)} for h in HOSTS
+            }
         elif playbook == "poll":
             TransportNodesDouble.polls += 1
             seen = TransportNodesDouble.polls >= 2  # RCCL's init is done by the second poll

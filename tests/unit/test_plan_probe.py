@@ -316,7 +316,8 @@ def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
         preflights.append(run_id)
         return _h200()
 
-    def ship(run: object, runner: object, plan: object, **_: object) -> int:
+    def ship(run: object, runner: object, plan: object, *, lease: object = None, **_: object) -> int:
+        leased.append(lease is not None)  # the launch takes the GPU lease (launcher.engine.lease)
         shipped.append(plan.facts.hosts)  # type: ignore[attr-defined]
         plan.facts.notes.append("changed by this run")  # type: ignore[attr-defined]
         return 0
@@ -324,9 +325,7 @@ def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
     monkeypatch.setenv("MIFT_RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setattr(steps, "run_preflight", preflight_on_the_h200)
     monkeypatch.setattr(attempts, "ship_and_follow", ship)
-    # no node here: the lease is launcher.engine.lease's (tests/faults/test_lease.py)
-    leased: list[list[str]] = []
-    monkeypatch.setattr(steps, "take_leases", lambda runner, run, hosts, **_: leased.append(list(hosts)))
+    leased: list[bool] = []
     inventory = tmp_path / "hosts.yml"
     inventory.write_text("all:\n  hosts:\n    n1: {ansible_host: 127.0.0.1}\n")
     once = PreflightOnce()
@@ -334,7 +333,7 @@ def test_the_probe_candidates_share_one_preflight(tmp_path: Path, monkeypatch):
         out = io.StringIO()
         run = steps.run_job(job_path, inventory=inventory, detach=False, out=out, preflight_once=once)
         assert exit_code_of(run.load().get("status")) == 0  # run_job returns the run directory
-    assert len(preflights) == 1 and shipped == [["n1"]] * 3 and leased == [["n1"]] * 3
+    assert len(preflights) == 1 and shipped == [["n1"]] * 3 and leased == [True] * 3
     assert once.facts is not None and "changed by this run" not in once.facts.notes  # runs change copies
     assert once.reuse(["n1", "n2"]) is None  # other hosts: preflight
     assert once.reuse("n1") is None  # a pattern (the inventory decides what it matches): preflight

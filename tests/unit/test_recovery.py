@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from poll_stream_double import PollStreamDouble
+from poll_stream_double import PollStreamDouble, lease_taken
 from test_cli_in_process import HOSTS, _facts, _job, _patch_runner, lab  # noqa: F401 - the lab fixture
 from test_plan_wiring import SHAPE_8B
 
@@ -446,12 +446,6 @@ def test_losses_of_a_resumed_attempt_count_once_per_step():
 # --- the engine: attempts against a test double of the nodes -----------------------------------------------
 
 
-def _lease_taken_and_given_back(extravars: dict[str, Any]) -> dict[str, Any]:
-    """The lease playbook's reports when every node asked for (mift_hosts) is free and given back after."""
-    leased = [h for h in str(extravars.get("mift_hosts") or "").split(",") if h]
-    return {h: {"lease": {"taken": True, "released": True}} for h in leased}
-
-
 class FlakyNodesDouble(PollStreamDouble):
     """Test double of PlaybookRunner: two healthy nodes whose first attempt fails (host2's rank SIGKILLed at
     step 6, checkpoint-4 complete on both) and whose second attempt finishes; records every playbook run."""
@@ -480,8 +474,6 @@ class FlakyNodesDouble(PollStreamDouble):
                 h: {"preflight": {**_facts(h), "probe": {**_facts(h)["probe"], "checkpoints": ckpts}}}
                 for h in HOSTS
             }
-        elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
-            result.reports = _lease_taken_and_given_back(extravars)
         elif playbook == "launch":
             FlakyNodesDouble.launches += 1
             files = Path(extravars["mift_files_dir"])
@@ -490,7 +482,9 @@ class FlakyNodesDouble(PollStreamDouble):
                 *getattr(FlakyNodesDouble, "shipped_all", []),
                 FlakyNodesDouble.shipped,
             ]
-            result.reports = {h: {"start": {"ok": True, "state": "running"}} for h in HOSTS}
+            result.reports = {
+                h: {"start": {"ok": True, "state": "running"}, **lease_taken(extravars)} for h in HOSTS
+            }
         elif playbook == "poll":
             FlakyNodesDouble.polls += 1
             killed = {"state": "failed", "rc": 1, "failure_lines": KILLED}
@@ -928,12 +922,12 @@ class SpareNodesDouble(PollStreamDouble):
                 }
                 for h in hosts
             }
-        elif playbook == "lease":  # the GPU lease (launcher.engine.lease): free on every node, given back
-            result.reports = _lease_taken_and_given_back(extravars)
         elif playbook == "launch":
             SpareNodesDouble.launches += 1
             SpareNodesDouble.started.append(hosts)
-            result.reports = {h: {"start": {"ok": True, "state": "running"}} for h in hosts}
+            result.reports = {
+                h: {"start": {"ok": True, "state": "running"}, **lease_taken(extravars)} for h in hosts
+            }
         elif playbook == "poll":
             running = SpareNodesDouble.started[-1]
             if SpareNodesDouble.launches == 1:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from launcher.backends.base import RunNodes
     from launcher.backends.runner import PlaybookResult
+    from launcher.engine.lease import LeaseRequest
     from launcher.engine.plan import RunPlan
     from launcher.rundir.runs import RunDir
 
@@ -19,15 +20,16 @@ POLL_TIMEOUT_S = 8  # seconds a node has to answer one poll (poll.yml)
 START_WAIT_S = 30  # seconds the agent's start waits for the trainer to come up (launch.yml)
 
 
-def launch_vars(run: RunDir, plan: RunPlan) -> dict[str, Any]:
+def launch_vars(run: RunDir, plan: RunPlan, lease: LeaseRequest | None = None) -> dict[str, Any]:
     """Return the extra vars of the playbook that gives every node the agent and its bundle (launch.yml, and
-    the Slurm backends' prepare playbooks)."""
+    the Slurm backends' prepare playbooks); ``lease``: the GPU lease it takes first (launch.yml)."""
     return {
         "mift_hosts": ",".join(plan.facts.hosts),
         "mift_run_id": run.run_id,
         "mift_files_dir": str(run.files_dir),
         "mift_stop_grace_s": plan.spec.timeouts.stop_grace_s,
         "mift_start_wait_s": START_WAIT_S,
+        **(lease.extravars() if lease is not None else {}),
     }
 
 

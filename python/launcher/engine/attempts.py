@@ -47,6 +47,7 @@ from launcher.transfer.merge import merge_after_run
 
 if TYPE_CHECKING:
     from launcher.backends.runner import PlaybookRunner
+    from launcher.engine.lease import LeaseRequest
     from launcher.planning.training import TrainingPlan
     from launcher.preflight.checks import NodeFacts
     from launcher.spec.jobspec import JobSpec
@@ -165,17 +166,27 @@ def attempt_loop(  # noqa: PLR0911 - one return per way a run ends; the loop rea
     resume: ResumeFrom | None,
     recover: bool,
     spares: list[str],
+    lease: LeaseRequest | None = None,
 ) -> None:
     """Run attempts until one succeeds, is stopped, or fails in a way the recovery policy does not retry
     (``recover`` False: the first failure ends the run, as it is judged); the record's status says which.
     ``spares``: the hosts of ``recovery.spares`` (none: a failed node is not excluded, the next attempt runs
-    on the same nodes)."""
+    on the same nodes). ``lease``: the GPU lease the first attempt's start takes (engine/lease.py; held to the
+    run's finish)."""
     earlier: list[Failure] = []
     excluded: dict[str, str] = {}  # host -> why, for the rest of the run (recovery.spares)
     number = 1
     while True:
         attempt_log.planned(run, plan)
-        outcome = ship_and_follow(run, runner, plan, interrupted=interrupted, detach=detach, out=out)
+        outcome = ship_and_follow(
+            run,
+            runner,
+            plan,
+            interrupted=interrupted,
+            detach=detach,
+            out=out,
+            lease=lease if number == 1 else None,
+        )
         if not isinstance(outcome, tuple):
             return  # detached: the trainers run on
         verdict, nodes, job = outcome

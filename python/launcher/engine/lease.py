@@ -1,14 +1,16 @@
 """The per-node GPU lease: a run holds each node's GPUs from just before its start to its end.
 
-Before the first attempt starts, ``run`` takes a lease on every node (``playbooks/lease.yml``,
-``node/lease.py``): a JSON file beside the node's runs root (:func:`lease_file`) naming the run id, the
-user, the controller host, the launcher's pid and when it was taken. A node leased by another live run
-refuses the whole run in one line naming that run and its owner (the leases taken on the other nodes are
-given back); a stale lease (its run ended on the node, or no process of its run is left there and it is
-older than :data:`STALE_S`) is taken over and said so; ``run --force`` takes over a live one. The lease is
-given back by the run's finish (``run``, ``status`` of a run nobody follows, ``stop``), in its collect
-playbook (``collect.yml`` runs the node program's ``lease release`` after packing the logs: no playbook of
-its own). The ssh backend only: under Slurm the scheduler owns the GPUs. docs/launcher.md "GPU lease".
+The first attempt's launch playbook takes a lease on every node before it starts any trainer
+(``playbooks/launch.yml``, the node program's ``lease``, ``node/lease.py``; :class:`LeaseRequest`): a JSON
+file beside the node's runs root (:func:`lease_file`) naming the run id, the user, the controller host, the
+launcher's pid and when it was taken. A node leased by another live run refuses the whole run in one line
+naming that run and its owner (the leases taken on the other nodes are given back, nothing starts); a stale
+lease (its run ended on the node, or no process of its run is left there and it is older than
+:data:`STALE_S`) is taken over and said so; ``run --force`` takes over a live one. The lease is given back by
+the run's finish (``run``, ``status`` of a run nobody follows, ``stop``), in its collect playbook
+(``collect.yml`` runs the node program's ``lease release`` after packing the logs). No playbook of its own
+either way (``playbooks/lease.yml`` only where a node did not answer). The ssh backend only: under Slurm the
+scheduler owns the GPUs. docs/launcher.md "GPU lease".
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
@@ -62,39 +65,58 @@ def holder_words(held: Mapping[str, Any]) -> str:
     )
 
 
-def _answers(runner: PlaybookRunner, hosts: Sequence[str], argv: list[str]) -> dict[str, dict[str, Any]]:
-    result = runner.run(
-        "lease",
-        {"mift_hosts": ",".join(hosts), "mift_lease_argv": argv},
-        cancellable=False,
-    )
-    answers: dict[str, dict[str, Any]] = {}
-    for host in hosts:
-        answer = result.report(host, "lease")
-        if not isinstance(answer, dict):
-            raise JobFailedError(f"{host}: GPU lease: {result.failures.get(host) or 'no answer'}")
-        answers[host] = answer
-    return answers
+@dataclass(frozen=True)
+class LeaseRequest:
+    """The lease a run's first start takes: the launch playbook takes it on every node before it starts any
+    trainer (``launch.yml``: one node leased by another live run starts nothing anywhere, and the leases taken
+    on the others are given back in the same playbook)."""
+
+    lease: dict[str, Any]
+    force: bool = False
+
+    @classmethod
+    def for_run(cls, run_id: str, *, force: bool) -> LeaseRequest:
+        """Return this launcher's lease request for ``run_id`` (``force``: take over a live one)."""
+        return cls(this_lease(run_id), force)
+
+    def extravars(self) -> dict[str, Any]:
+        """The launch playbook's view: the node program's ``lease`` arguments that take it, and those that
+        give it back where another node refused."""
+        take = ["take", lease_file(), layout().runs_root, json.dumps(self.lease), f"{STALE_S:g}"]
+        return {
+            "mift_lease_argv": take + (["--force"] if self.force else []),
+            "mift_lease_undo_argv": release_argv(str(self.lease["run_id"])),
+        }
 
 
-def take_leases(
-    runner: PlaybookRunner, run: RunDir, hosts: Sequence[str], *, force: bool, out: IO[str]
+def accept(  # noqa: PLR0917 - the launch's parts
+    request: LeaseRequest,
+    runner: PlaybookRunner,
+    run: RunDir,
+    launch: PlaybookResult,
+    hosts: Sequence[str],
+    out: IO[str],
 ) -> None:
-    """Lease every node's GPUs for ``run``, or refuse the run in one line naming the run that holds one."""
-    lease = this_lease(run.run_id)
-    argv = ["take", lease_file(), layout().runs_root, json.dumps(lease), f"{STALE_S:g}"]
-    answers = _answers(runner, hosts, argv + (["--force"] if force else []))
-    busy = {h: a["holder"] for h, a in answers.items() if not a.get("taken")}
-    if busy:
-        taken = [h for h, a in answers.items() if a.get("taken")]
-        if taken:
-            release_leases(runner, run.run_id, taken)
+    """Read the launch playbook's ``lease`` answers: record the lease (and say each stale one taken over), or
+    refuse the run in one line naming the run that holds a node (nothing was started)."""
+    answers = {h: launch.report(h, "lease") for h in hosts}
+    taken = [h for h, a in answers.items() if isinstance(a, dict) and a.get("taken")]
+    busy = {h: a["holder"] for h, a in answers.items() if isinstance(a, dict) and not a.get("taken")}
+    if busy:  # the playbook gave the others back and started nothing
         held = next(iter(busy.values()))
         raise JobFailedError(
             f"{', '.join(busy)}: GPUs leased by {holder_words(held)}; wait for it to end, stop it (launcher "
             f"stop {held.get('run_id')}) or take the lease over with run --force"
         )
-    for host, answer in answers.items():
+    missing = [h for h in hosts if h not in taken]
+    if missing:  # a node did not answer: the play stopped everywhere before any start
+        if taken:
+            release_leases(runner, run.run_id, taken)
+        host = missing[0]
+        raise JobFailedError(
+            f"{host}: GPU lease: {launch.failures.get(host) or 'no answer'}; nothing was started"
+        )
+    for host, answer in answers.items():  # every host answered: taken
         if answer.get("took_over"):
             print(
                 f"{host}: took over the GPU lease of {holder_words(answer['took_over'])}: "
@@ -104,7 +126,7 @@ def take_leases(
             )
     run.update(
         lease={
-            **lease,
+            **request.lease,
             "file": lease_file(),
             "hosts": list(hosts),
             "took_over": {

@@ -17,7 +17,7 @@ from launcher.backends import backend_of, check_recovery, prepare
 from launcher.engine import attempt_log
 from launcher.engine.attempts import attempt_loop
 from launcher.engine.context import open_run
-from launcher.engine.lease import LEASING_BACKENDS, take_leases
+from launcher.engine.lease import LEASING_BACKENDS, LeaseRequest
 from launcher.engine.load import checkpoints_of, load_for_run, refuse, required_paths
 from launcher.engine.plan import (
     ResumeFrom,
@@ -101,12 +101,8 @@ def run_job(
             failed = "failed" if isinstance(err, JobFailedError) else "rejected"
             ended_before_start(run, "stopped" if interrupted.is_set() else failed, err)
             raise
-        if handle.backend in LEASING_BACKENDS:
-            try:  # the nodes' GPUs are this run's from here to its finish
-                take_leases(runner, run, facts.hosts, force=force, out=out)
-            except LauncherError as err:
-                ended_before_start(run, "stopped" if interrupted.is_set() else "rejected", err)
-                raise
+        # the nodes' GPUs are this run's from its first start to its finish (taken by the launch playbook)
+        lease = LeaseRequest.for_run(run_id, force=force) if handle.backend in LEASING_BACKENDS else None
         spares = spare_hosts(spec, inv) if recover else []
         attempt_loop(
             run,
@@ -118,6 +114,7 @@ def run_job(
             resume=resume,
             recover=recover,
             spares=spares,
+            lease=lease,
         )
         return run
 

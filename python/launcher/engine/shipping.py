@@ -11,7 +11,9 @@ from typing import IO, TYPE_CHECKING
 
 from launcher.backends import backend_of
 from launcher.backends.agent import launch_vars
+from launcher.engine import attempt_log
 from launcher.engine.job import Job
+from launcher.engine.lease import LeaseRequest, accept
 from launcher.engine.plan import (
     RunPlan,
 )
@@ -67,9 +69,11 @@ def ship_and_follow(
     interrupted: threading.Event,
     detach: bool,
     out: IO[str],
+    lease: LeaseRequest | None = None,
 ) -> ExitCode | tuple[Verdict, dict[str, contract.NodeStatus], Job]:
     """Start the plan's trainers and follow them; return the verdict, the last node states and the job (the
-    caller finishes or retries), or OK once a detached run started."""
+    caller finishes or retries), or OK once a detached run started. ``lease``: the GPU lease the start takes
+    first (the run's first attempt; a node leased by another run refuses the run, nothing started)."""
     spec, facts = plan.spec, plan.facts
     _write_node_files(run, plan)
     for note in facts.notes:
@@ -98,9 +102,13 @@ def ship_and_follow(
     t_start = time.monotonic()
     backend = backend_of(run.record())
     try:
-        launch = backend.start(runner, run, plan, launch_vars(run, plan))
-    except LauncherError as err:  # the scheduler refused the request before anything was submitted
-        run.set_status("rejected", str(err))
+        launch = backend.start(runner, run, plan, launch_vars(run, plan, lease))
+        if lease is not None:
+            accept(lease, runner, run, launch, facts.hosts, out)
+    except LauncherError as err:  # refused before anything started: the scheduler, a node's GPU lease
+        state = "stopped" if interrupted.is_set() else "rejected"
+        attempt_log.end(run, state, str(err))
+        run.set_status(state, str(err))
         raise
     finally:
         _remove_bundles(run)
