@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Node side of the per-node GPU lease (engine/lease.py): one JSON file that says which run holds this
-node's GPUs. Standard library only; ``playbooks/lease.yml`` feeds this file to the node's ``python3 -``.
+node's GPUs. Standard library only; run by the node's ``python3`` as the node program's ``lease``
+(``playbooks/launch.yml`` takes, ``collect.yml`` gives back, ``lease.yml`` gives back after a failed start).
 
-    python3 - take LEASE_FILE RUNS_ROOT LEASE_JSON STALE_S [--force]
-    python3 - release LEASE_FILE RUN_ID
+    python3 mift_node.pyz lease take LEASE_FILE RUNS_ROOT LEASE_JSON STALE_S [--force]
+    python3 mift_node.pyz lease release LEASE_FILE RUN_ID
 
 ``take`` writes the lease (atomically: a temporary file renamed over it, under an flock of
 ``LEASE_FILE.lock``) when there is none, when it is this run's own (a retry), when the holder's lease is
