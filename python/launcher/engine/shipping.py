@@ -14,9 +14,6 @@ from launcher.backends.agent import launch_vars
 from launcher.engine import attempt_log
 from launcher.engine.job import Job
 from launcher.engine.lease import LeaseRequest, accept
-from launcher.engine.plan import (
-    RunPlan,
-)
 from launcher.engine.split import record_of, summary_line
 from launcher.exceptions import LauncherError
 from launcher.exit_codes import OK, ExitCode
@@ -26,10 +23,11 @@ from launcher.follow.verdict import Verdict
 from launcher.follow.watchdog import ProgressWatch, Schedule
 from launcher.node import contract
 from launcher.preflight.nodeenv import masked
-from launcher.rundir.runs import RunDir
 
 if TYPE_CHECKING:
     from launcher.backends.runner import PlaybookRunner
+    from launcher.engine.plan import RunPlan
+    from launcher.rundir.runs import RunDir
 
 
 def _write_node_files(run: RunDir, plan: RunPlan) -> None:
