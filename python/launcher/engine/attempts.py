@@ -8,6 +8,7 @@ spare, a re-plan), re-plans after out of memory, and starts the next attempt. Th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
@@ -176,17 +177,11 @@ def attempt_loop(  # noqa: PLR0911 - one return per way a run ends; the loop rea
     earlier: list[Failure] = []
     excluded: dict[str, str] = {}  # host -> why, for the rest of the run (recovery.spares)
     number = 1
+    ship = functools.partial(ship_and_follow, interrupted=interrupted, detach=detach, out=out)
     while True:
         attempt_log.planned(run, plan)
-        outcome = ship_and_follow(
-            run,
-            runner,
-            plan,
-            interrupted=interrupted,
-            detach=detach,
-            out=out,
-            lease=lease if number == 1 else None,
-        )
+        outcome = ship(run, runner, plan, lease=lease)
+        lease = None  # taken by the first start, held to the run's finish
         if not isinstance(outcome, tuple):
             return  # detached: the trainers run on
         verdict, nodes, job = outcome
@@ -217,11 +212,7 @@ def attempt_loop(  # noqa: PLR0911 - one return per way a run ends; the loop rea
                 file=out,
                 flush=True,
             )
-        print(f"{verdict.state}: {verdict.reason}; stopping every node ...", file=out, flush=True)
-        run.set_status("stopping", verdict.reason)
-        job.dump_stacks_on_stop = verdict.state == "stalled"  # as finish() does: the stacks tell who hung
-        job.stop()
-        job.dump_stacks_on_stop = False
+        _stop_for_retry(job, verdict, out)
         if _ended_elsewhere(run, out):
             return
         run.set_nodes({h: _brief(n) for h, n in nodes.items()})
@@ -259,6 +250,16 @@ def attempt_loop(  # noqa: PLR0911 - one return per way a run ends; the loop rea
                 announce=True,
             )
             return
+
+
+def _stop_for_retry(job: Job, verdict: Verdict, out: IO[str]) -> None:
+    """Stop every node of the failed attempt before the next one (a stalled one dumps its stacks first, as
+    :func:`launcher.engine.finish.finish` does: the stacks tell who hung)."""
+    print(f"{verdict.state}: {verdict.reason}; stopping every node ...", file=out, flush=True)
+    job.run.set_status("stopping", verdict.reason)
+    job.dump_stacks_on_stop = verdict.state == "stalled"
+    job.stop()
+    job.dump_stacks_on_stop = False
 
 
 def _exclusion(
