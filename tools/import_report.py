@@ -9,13 +9,16 @@ package's own modules a module imports directly. ``--packages``: how many module
 holds, the top level counted as ``(top)``. The architecture contracts themselves are import-linter's
 (``lint-imports``, pyproject.toml). Their ``exclude_type_checking_imports`` holds for every contract, so
 ``--check`` (tools/lint) is what keeps the module graph free of cycles with the ``TYPE_CHECKING`` imports
-too: it exits 1 when either count is not 0.
+too: it exits 1 when either count is not 0. It also checks that every module of the package is in a layer of
+the layers contract in pyproject.toml (import-linter checks only the modules its layers name: a new top-level
+module would be in none, and unchecked): ``--check`` exits 1 when one is not.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -55,6 +58,24 @@ def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
         if module not in index:
             visit(module)
     return found
+
+
+def layer_names(pyproject: Path, package: str) -> tuple[str, list[str]]:
+    """Return the name and the layer modules (``a | b`` split) of the layers contract over ``package``."""
+    config = tomllib.loads(pyproject.read_text()).get("tool", {}).get("importlinter", {})
+    for contract in config.get("contracts", []):
+        if contract.get("type") == "layers":
+            names = [n.strip() for layer in contract["layers"] for n in layer.split("|")]
+            if all(n == package or n.startswith(package + ".") for n in names):
+                return str(contract.get("name", "")), names
+    return "", []
+
+
+def outside_layers(modules: set[str], package: str, layers: list[str]) -> list[str]:
+    """Return the modules of ``package`` (the root itself aside) that are in no layer, sorted."""
+    return sorted(
+        m for m in modules if m != package and not any(m == n or m.startswith(n + ".") for n in layers)
+    )
 
 
 def main() -> int:
@@ -106,7 +127,15 @@ def main() -> int:
         print("modules per package (modules, lines):")
         for name, (count, lines) in sorted(per.items()):
             print(f"  {count:4d} {lines:6d}  {name}")
-    return 1 if args.check and total else 0
+    name, layers = layer_names(Path(__file__).resolve().parents[1] / "pyproject.toml", args.package)
+    missing = outside_layers(set(graph.modules), args.package, layers)
+    if not layers:
+        print(f"layers: pyproject.toml has no layers contract over {args.package}: not checked")
+    elif missing:
+        print(f"layers: {len(missing)} modules in no layer of {name!r}: {', '.join(missing)}")
+    else:
+        print(f"layers: every one of the {len(graph.modules) - 1} modules is in a layer of {name!r}")
+    return 1 if args.check and (total or missing or not layers) else 0
 
 
 if __name__ == "__main__":

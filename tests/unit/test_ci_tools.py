@@ -1,5 +1,6 @@
 """The CI measuring tools: ``tools/repeat.py`` (the flake hunt's tally) and ``bench/cpu_accounting.py`` (a CI
-run's CPU by kind of process, from acct(5) records), on files written here in their real formats."""
+run's CPU by kind of process, from acct(5) records), on files written here in their real formats; and lint's
+``tools/import_report.py`` layer check over this repo's pyproject.toml."""
 
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ def load(path: Path) -> ModuleType:
 
 repeat = load(REPO / "tools" / "repeat.py")
 accounting = load(REPO / "bench" / "cpu_accounting.py")
+import_report = load(REPO / "tools" / "import_report.py")
+
+
+def test_every_module_of_the_launcher_is_in_a_layer_and_a_new_top_level_one_is_not() -> None:
+    name, layers = import_report.layer_names(REPO / "pyproject.toml", "launcher")
+    assert name and "launcher.engine" in layers and "launcher.node" in layers  # "a | b" lines split
+    modules = {"launcher", "launcher.engine", "launcher.engine.run", "launcher.exceptions"}
+    assert import_report.outside_layers(modules, "launcher", layers) == []
+    stray = {*modules, "launcher.staging", "launcher.enginex"}  # a prefix of a layer's name is not in it
+    assert import_report.outside_layers(stray, "launcher", layers) == ["launcher.enginex", "launcher.staging"]
 
 
 def test_comp_t_is_a_13_bit_mantissa_and_a_base_8_exponent() -> None:
