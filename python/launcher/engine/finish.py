@@ -43,7 +43,8 @@ def finish(
         job.run.set_status("stopping", verdict.reason)
         job.dump_stacks_on_stop = verdict.state == "stalled"
         job.stop()
-    summary = job.finalize(verdict.state, verdict.reason, nodes)  # its collect frees the GPUs for the next
+    # finalize's collect also gives the GPU lease back: the GPUs are free for the next run
+    summary = job.finalize(verdict.state, verdict.reason, nodes)
     if out is not None:
         print_summary(job.run, out)
     return summary

@@ -71,13 +71,13 @@ class Job:
 
     def collect(self, *, release_lease: bool = False) -> PlaybookResult:
         """Fetch node logs, state and metrics into ``nodes/<host>/`` through the run's backend (not
-        interruptible); ``release_lease``: then give the run's GPU lease back, in the same playbook, where the
-        run took one (:attr:`leased`).
+        interruptible); ``release_lease``: then give the run's GPU lease back in the same playbook (the caller
+        asks only where the run took one: :attr:`leased`).
 
         Each node's ``collect`` result (``mift_contract.CollectResult``) holds its ``status`` and ``outputs``.
         """
         self.run.nodes_dir.mkdir(exist_ok=True)
-        lease_argv = release_argv(self.run.run_id) if release_lease and self.leased else ()
+        lease_argv = release_argv(self.run.run_id) if release_lease else ()
         result = self.backend.collect(self, lease_argv=lease_argv)
         for host in self.hosts:
             unpack_collected(self.run.nodes_dir / host)
@@ -95,7 +95,7 @@ class Job:
         """Collect (and give the GPU lease back), write metrics and the loss plot, record the final state;
         return the summary."""
         leased = self.leased
-        collected = self.collect(release_lease=True)
+        collected = self.collect(release_lease=leased)
         final_nodes = dict(nodes or {})
         outputs: dict[str, list[str]] = {}
         for host in self.hosts:
